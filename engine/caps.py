@@ -1,0 +1,164 @@
+"""Execution-provider capabilities, as data.
+
+Builders and the planner read these flags; they never branch on an EP's name. Adding an
+EP is adding an entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.errors import OptionsError
+
+WEBGPU_MAX_BUFFER_SIZE = 268_435_456
+"""W3C WebGPU default ``maxBufferSize`` (256 MiB)."""
+WEBGPU_MAX_STORAGE_BINDING_SIZE = 134_217_728
+"""W3C WebGPU default ``maxStorageBufferBindingSize`` (128 MiB)."""
+
+FUSED_OPS = (
+    "GroupQueryAttention",
+    "SkipSimplifiedLayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RotaryEmbedding",
+    "MatMulNBits",
+    "GatherBlockQuantized",
+)
+
+
+@dataclass(frozen=True)
+class EpCapabilities:
+    """What one execution provider can run, and how a package for it should look."""
+
+    name: str
+    """Short name used on the command line: cpu, cuda, webgpu, dml, trt-rtx."""
+    display_name: str
+    ort_provider: str
+    """onnxruntime's provider name, e.g. ``WebGpuExecutionProvider``."""
+    genai_provider: str | None
+    """The key under ``provider_options`` in genai_config (None for the CPU)."""
+    fused_ops: frozenset[str]
+    """com.microsoft / fused ops this EP implements."""
+    float_dtypes: tuple[str, ...]
+    """Activation dtypes a package may use on this EP, preferred first."""
+    gqa_dtypes: frozenset[str]
+    """Activation dtypes GroupQueryAttention supports here."""
+    max_buffer_size: int | None = None
+    """Largest single buffer (initializer) the EP can allocate; None = no practical limit."""
+    max_storage_binding_size: int | None = None
+    """Largest buffer one shader binding may see; None = no limit."""
+    graph_capture: bool = False
+    """The EP can capture and replay the decoder's compute graph."""
+    share_buffer: bool = True
+    """Past and present KV can share one preallocated buffer (required for capture)."""
+    int4_accuracy_level: int = 4
+    """MatMulNBits ``accuracy_level`` by default (4 = int8 activations where supported)."""
+    provider_options: Mapping[str, str] = field(default_factory=dict)
+    """Default provider options written into genai_config."""
+    capture_option: str | None = None
+    """The provider option that switches graph capture on (value "1"/"0")."""
+    capture_needs_static_graph: bool = False
+    """Under capture every node must stay on the device: no Shape, ConstantOfShape,
+    int64 tensor Slice/Squeeze, If/Loop; shapes static except the sequence axes."""
+    int64_on_device: bool = True
+    """int64 elementwise ops (ReduceSum, Sub, Equal, Where) run on the device. False means
+    mask arithmetic must be done in int32 to stay on the device."""
+    gqa_local_window: bool = True
+    """GroupQueryAttention's ``local_window_size`` gives correct results here."""
+
+    def supports(self, op: str) -> bool:
+        return op in self.fused_ops
+
+    @property
+    def default_dtype(self) -> str:
+        return self.float_dtypes[0]
+
+
+_ALL_FUSED = frozenset(FUSED_OPS)
+
+_REGISTRY: dict[str, EpCapabilities] = {
+    caps.name: caps
+    for caps in (
+        EpCapabilities(
+            name="cpu",
+            display_name="CPU",
+            ort_provider="CPUExecutionProvider",
+            genai_provider=None,
+            fused_ops=_ALL_FUSED,
+            float_dtypes=("fp32", "fp16", "bf16"),
+            gqa_dtypes=frozenset({"fp32", "fp16"}),
+            int4_accuracy_level=4,
+        ),
+        EpCapabilities(
+            name="cuda",
+            display_name="CUDA",
+            ort_provider="CUDAExecutionProvider",
+            genai_provider="cuda",
+            fused_ops=_ALL_FUSED,
+            float_dtypes=("fp16", "bf16", "fp32"),
+            gqa_dtypes=frozenset({"fp16", "bf16"}),
+            graph_capture=True,
+            int4_accuracy_level=4,
+            provider_options={"enable_cuda_graph": "0"},
+            capture_option="enable_cuda_graph",
+        ),
+        EpCapabilities(
+            name="webgpu",
+            display_name="WebGPU",
+            ort_provider="WebGpuExecutionProvider",
+            genai_provider="webgpu",
+            fused_ops=_ALL_FUSED,
+            float_dtypes=("fp16", "fp32"),
+            gqa_dtypes=frozenset({"fp16", "fp32"}),
+            max_buffer_size=WEBGPU_MAX_BUFFER_SIZE,
+            max_storage_binding_size=WEBGPU_MAX_STORAGE_BINDING_SIZE,
+            graph_capture=True,
+            int4_accuracy_level=4,
+            provider_options={"validationMode": "disabled"},
+            capture_option="enableGraphCapture",
+            capture_needs_static_graph=True,
+            int64_on_device=False,
+            gqa_local_window=False,
+        ),
+        EpCapabilities(
+            name="dml",
+            display_name="DirectML",
+            ort_provider="DmlExecutionProvider",
+            genai_provider="dml",
+            fused_ops=_ALL_FUSED - {"GatherBlockQuantized"},
+            float_dtypes=("fp16", "fp32"),
+            gqa_dtypes=frozenset({"fp16"}),
+            max_buffer_size=4 * 1024**3,
+            graph_capture=True,
+            int4_accuracy_level=4,
+        ),
+        EpCapabilities(
+            name="trt-rtx",
+            display_name="TensorRT-RTX",
+            ort_provider="NvTensorRTRTXExecutionProvider",
+            genai_provider="NvTensorRtRtx",
+            fused_ops=frozenset({"GroupQueryAttention", "MatMulNBits"}),
+            float_dtypes=("fp16", "bf16"),
+            gqa_dtypes=frozenset({"fp16", "bf16"}),
+            graph_capture=True,
+            int4_accuracy_level=4,
+            provider_options={"enable_cuda_graph": "0"},
+            capture_option="enable_cuda_graph",
+        ),
+    )
+}
+
+
+def list_eps() -> list[str]:
+    """Names of the known execution providers."""
+    return list(_REGISTRY)
+
+
+def get_caps(name: str) -> EpCapabilities:
+    """Capabilities of one EP by its short name."""
+    key = name.strip().lower()
+    aliases = {"directml": "dml", "trt": "trt-rtx", "tensorrt-rtx": "trt-rtx", "nvtensorrtrtx": "trt-rtx"}
+    key = aliases.get(key, key)
+    if key not in _REGISTRY:
+        raise OptionsError(f"unknown execution provider '{name}'; choose one of: {', '.join(_REGISTRY)}")
+    return _REGISTRY[key]

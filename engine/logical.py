@@ -1,0 +1,27 @@
+"""Logical weights: the tensors a model family needs, before dtype, quantization or splits.
+
+The planner turns each :class:`LogicalWeight` into physical initializers; the weight
+sources read or generate the data for them by ``source`` name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["linear", "embedding", "ple_table", "lm_head", "norm", "scalar", "rope_cache"]
+
+
+@dataclass(frozen=True)
+class LogicalWeight:
+    """One tensor of the model as the checkpoint (or a computation) provides it."""
+
+    name: str
+    """Name relative to the text decoder, e.g. ``layers.0.self_attn.q_proj.weight``."""
+    shape: tuple[int, ...]
+    """Shape in the checkpoint's layout (linear weights are [out, in])."""
+    role: Role
+    computed: bool = False
+    """True for tensors the engine computes (RoPE caches) rather than reads."""
+    scale: float | None = None
+    """A constant the graph multiplies the looked-up rows by (scaled embeddings)."""

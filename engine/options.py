@@ -1,0 +1,120 @@
+"""Export options: what the user chose, validated against the model and the EP."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from engine.caps import EpCapabilities, get_caps
+from engine.errors import OptionsError
+
+DType = Literal["fp32", "fp16", "bf16"]
+GraphCapture = Literal["auto", "on", "off"]
+AttentionPath = Literal["auto", "gqa", "standard"]
+QuantMethod = Literal["rtn", "search"]
+
+DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
+VALID_BITS = (4, 8)
+DEFAULT_CAPTURE_MAX_LENGTH = 4096
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Everything that shapes a package besides the model itself.
+
+    ``None`` fields take the EP's default when the options are resolved
+    (:meth:`resolve`), so a saved options object means the same thing on every EP.
+    """
+
+    ep: str = "cpu"
+    dtype: DType | None = None
+    weight_bits: int | None = None
+    """4 or 8 to quantize linear weights with MatMulNBits; None keeps them float."""
+    embedding_bits: int | None = None
+    """4 or 8 to quantize embedding tables with GatherBlockQuantized; None keeps them float."""
+    block_size: int = 32
+    embedding_block_size: int | None = None
+    """Block size of the embedding tables; None uses ``block_size``."""
+    symmetric: bool = False
+    quant_method: QuantMethod = "rtn"
+    quantize_lm_head: bool = True
+    accuracy_level: int | None = None
+    graph_capture: GraphCapture = "auto"
+    max_buffer_size: int | None = None
+    """Largest single buffer allowed; None = the EP's default (WebGPU: 256 MiB)."""
+    max_length: int | None = None
+    """Longest sequence (prompt + generated) the package is built for; sizes the RoPE
+    caches and, with graph capture, the preallocated KV buffers."""
+    attention: AttentionPath = "auto"
+    random_weights: bool = False
+    seed: int = 0
+
+    @property
+    def caps(self) -> EpCapabilities:
+        return get_caps(self.ep)
+
+    def resolve(self) -> ExportOptions:
+        """Fill EP defaults and check every value; raises :class:`OptionsError`."""
+        caps = self.caps
+        dtype = self.dtype or caps.default_dtype
+        if dtype not in DTYPES:
+            raise OptionsError(f"dtype '{dtype}' is not one of {', '.join(DTYPES)}")
+        if dtype not in caps.float_dtypes:
+            raise OptionsError(
+                f"{caps.display_name} does not run {dtype} models; "
+                f"choose one of: {', '.join(caps.float_dtypes)}"
+            )
+        for label, bits in (("weight", self.weight_bits), ("embedding", self.embedding_bits)):
+            if bits is not None and bits not in VALID_BITS:
+                raise OptionsError(f"{label} bits must be 4 or 8 (or none), got {bits}")
+        for label, size in (("block size", self.block_size), ("embedding block size", self.embedding_block_size)):
+            if size is None:
+                continue
+            if size < 16 or size > 256 or size & (size - 1):
+                raise OptionsError(
+                    f"{label} must be a power of two from 16 to 256, got {size}"
+                )
+        if self.weight_bits is not None and not caps.supports("MatMulNBits"):
+            raise OptionsError(f"{caps.display_name} has no MatMulNBits: weight quantization is unavailable")
+        if self.embedding_bits is not None and not caps.supports("GatherBlockQuantized"):
+            raise OptionsError(
+                f"{caps.display_name} has no GatherBlockQuantized: embedding quantization is unavailable"
+            )
+        if self.accuracy_level is not None and self.accuracy_level not in (0, 1, 2, 3, 4):
+            raise OptionsError(f"accuracy level must be 0-4, got {self.accuracy_level}")
+        if self.graph_capture not in ("auto", "on", "off"):
+            raise OptionsError(f"graph capture must be auto, on or off, got '{self.graph_capture}'")
+        if self.graph_capture == "on" and not caps.graph_capture:
+            raise OptionsError(f"{caps.display_name} does not support graph capture; use --graph-capture off")
+        if self.attention not in ("auto", "gqa", "standard"):
+            raise OptionsError(f"attention must be auto, gqa or standard, got '{self.attention}'")
+        if self.attention == "gqa" and not caps.supports("GroupQueryAttention"):
+            raise OptionsError(f"{caps.display_name} has no GroupQueryAttention; use --attention standard")
+        if self.max_buffer_size is not None and self.max_buffer_size < 1024 * 1024:
+            raise OptionsError(
+                f"max buffer size must be at least 1 MiB, got {self.max_buffer_size} bytes"
+            )
+        if self.max_length is not None and self.max_length < 2:
+            raise OptionsError(f"max length must be at least 2, got {self.max_length}")
+        return replace(
+            self,
+            ep=caps.name,
+            dtype=dtype,
+            embedding_block_size=self.embedding_block_size or self.block_size,
+            accuracy_level=(
+                self.accuracy_level if self.accuracy_level is not None else caps.int4_accuracy_level
+            ),
+            max_buffer_size=(
+                self.max_buffer_size if self.max_buffer_size is not None else caps.max_buffer_size
+            ),
+        )
+
+    @property
+    def uses_gqa(self) -> bool:
+        """GroupQueryAttention (True) or the standard-ONNX attention path (False)."""
+        caps = self.caps
+        if self.attention == "standard":
+            return False
+        if self.attention == "gqa":
+            return True
+        return caps.supports("GroupQueryAttention") and (self.dtype or caps.default_dtype) in caps.gqa_dtypes

@@ -1,0 +1,453 @@
+"""The export plan: every initializer of every session, with exact bytes, before any weight.
+
+The plan is the single source of truth for sizes. The preview charts it, the builder
+follows its storage and split decisions, the weight writer produces exactly its
+tensors, and a test checks a written package against it byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from engine.caps import EpCapabilities
+from engine.dtypes import itemsize
+from engine.errors import OptionsError
+from engine.logical import LogicalWeight
+from engine.models.gemma4_weights import logical_weights, rope_weights
+from engine.options import ExportOptions
+from engine.spec import ModelSpec
+
+Storage = Literal["float", "float_t", "matmulnbits", "gbq"]
+"""How a weight is stored: float as-is ([out, in] for tables), float transposed to
+[in, out] for MatMul, MatMulNBits blocks, or GatherBlockQuantized blocks."""
+Part = Literal["weight", "qweight", "scales", "zero_points"]
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One initializer as it will be written."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    part: Part
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * itemsize(self.dtype)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A slice of a logical weight, stored as its own initializers.
+
+    ``start`` / ``stop`` index ``axis`` of the weight in checkpoint layout; an unsplit
+    weight is one piece covering the whole axis 0.
+    """
+
+    index: int
+    axis: int
+    start: int
+    stop: int
+    tensors: tuple[PlannedTensor, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def largest_buffer(self) -> int:
+        return max(t.nbytes for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class WeightPlan:
+    """How one logical weight is stored."""
+
+    weight: LogicalWeight
+    storage: Storage
+    dtype: str
+    """Float dtype of the data (or of the scales, when quantized)."""
+    pieces: tuple[Piece, ...]
+    bits: int | None = None
+    block_size: int | None = None
+    symmetric: bool = False
+    split_axis: int | None = None
+    shares: str | None = None
+    """Logical weight whose initializers this one reuses (a tied LM head)."""
+    exceeds: tuple[str, ...] = ()
+    """Limits the unsplit weight would exceed."""
+    pieces_exceed: tuple[str, ...] = ()
+    """Limits some piece still exceeds after splitting (reported, not fixed)."""
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.weight.name
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this weight adds to the package (0 when it shares another's)."""
+        return 0 if self.shares else sum(p.nbytes for p in self.pieces)
+
+    @property
+    def unsplit_nbytes(self) -> int:
+        return sum(p.nbytes for p in self.pieces)
+
+    @property
+    def is_split(self) -> bool:
+        return self.split_axis is not None
+
+    @property
+    def quantized(self) -> bool:
+        return self.storage in ("matmulnbits", "gbq")
+
+    def tensors(self) -> Iterator[PlannedTensor]:
+        for piece in self.pieces:
+            yield from piece.tensors
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """One ONNX file of the package."""
+
+    name: str
+    filename: str
+    weights: tuple[WeightPlan, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for w in self.weights)
+
+    def weight(self, name: str) -> WeightPlan:
+        for w in self.weights:
+            if w.name == name:
+                return w
+        raise KeyError(name)
+
+    def tensors(self) -> Iterator[PlannedTensor]:
+        """Every initializer the session stores, once each (shared ones not repeated)."""
+        for w in self.weights:
+            if not w.shares:
+                yield from w.tensors()
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """The whole package, per session."""
+
+    spec: ModelSpec
+    options: ExportOptions
+    caps: EpCapabilities
+    context_length: int
+    sessions: tuple[SessionPlan, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.sessions)
+
+    def session(self, name: str) -> SessionPlan:
+        for s in self.sessions:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def decoder(self) -> SessionPlan:
+        return self.session("decoder")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-friendly view for the CLI's ``--json`` and the app's charts."""
+        limit = self.options.max_buffer_size
+        return {
+            "model": self.spec.name,
+            "ep": self.caps.name,
+            "dtype": self.options.dtype,
+            "weight_bits": self.options.weight_bits,
+            "embedding_bits": self.options.embedding_bits,
+            "block_size": self.options.block_size,
+            "context_length": self.context_length,
+            "limits": {
+                "max_buffer_size": limit,
+                "max_storage_binding_size": self.caps.max_storage_binding_size,
+            },
+            "total_bytes": self.nbytes,
+            "warnings": list(self.warnings),
+            "sessions": [
+                {
+                    "name": s.name,
+                    "filename": s.filename,
+                    "bytes": s.nbytes,
+                    "weights": [_weight_json(w) for w in s.weights],
+                }
+                for s in self.sessions
+            ],
+        }
+
+
+def _weight_json(w: WeightPlan) -> dict[str, Any]:
+    return {
+        "name": w.name,
+        "role": w.weight.role,
+        "shape": list(w.weight.shape),
+        "storage": w.storage,
+        "dtype": w.dtype,
+        "bits": w.bits,
+        "block_size": w.block_size,
+        "bytes": w.nbytes,
+        "unsplit_bytes": w.unsplit_nbytes,
+        "largest_buffer": max(p.largest_buffer for p in w.pieces),
+        "shares": w.shares,
+        "split_axis": w.split_axis,
+        "pieces": [
+            {"start": p.start, "stop": p.stop, "bytes": p.nbytes, "largest_buffer": p.largest_buffer}
+            for p in w.pieces
+        ],
+        "exceeds": list(w.exceeds),
+        "pieces_exceed": list(w.pieces_exceed),
+        "note": w.note,
+        "tensors": [
+            {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
+            for t in w.tensors()
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class _Limits:
+    buffer: int | None
+    binding: int | None
+
+    def exceeded(self, nbytes: int) -> tuple[str, ...]:
+        out = []
+        if self.buffer is not None and nbytes > self.buffer:
+            out.append("max_buffer_size")
+        if self.binding is not None and nbytes > self.binding:
+            out.append("max_storage_binding_size")
+        return tuple(out)
+
+
+def quantized_shapes(
+    rows: int, cols: int, bits: int, block_size: int, storage: Storage
+) -> dict[Part, tuple[int, ...]]:
+    """Shapes of the qweight / scales / zero_points of a [rows, cols] weight quantized
+    along cols. MatMulNBits keeps blocks as a middle axis; GatherBlockQuantized packs rows."""
+    blocks = cols // block_size
+    zp_cols = math.ceil(blocks * bits / 8)
+    if storage == "matmulnbits":
+        qweight: tuple[int, ...] = (rows, blocks, block_size * bits // 8)
+    else:
+        qweight = (rows, cols * bits // 8)
+    return {"qweight": qweight, "scales": (rows, blocks), "zero_points": (rows, zp_cols)}
+
+
+def _piece_tensors(
+    base: str, storage: Storage, dtype: str, shape: tuple[int, int] | tuple[int, ...],
+    bits: int | None, block_size: int | None, symmetric: bool,
+) -> tuple[PlannedTensor, ...]:
+    if storage == "float":
+        return (PlannedTensor(base, dtype, tuple(shape), "weight"),)
+    if storage == "float_t":
+        return (PlannedTensor(base, dtype, (shape[1], shape[0]), "weight"),)
+    assert bits is not None and block_size is not None
+    shapes = quantized_shapes(shape[0], shape[1], bits, block_size, storage)
+    tensors = [
+        PlannedTensor(f"{base}.qweight", "uint8", shapes["qweight"], "qweight"),
+        PlannedTensor(f"{base}.scales", dtype, shapes["scales"], "scales"),
+    ]
+    # GatherBlockQuantized always gets zero points: CPU and CUDA disagree on the default.
+    if storage == "gbq" or not symmetric:
+        tensors.append(PlannedTensor(f"{base}.zero_points", "uint8", shapes["zero_points"], "zero_points"))
+    return tuple(tensors)
+
+
+def _check_quantizable(name: str, cols: int, bits: int, block_size: int) -> None:
+    if cols % block_size:
+        fitting = [b for b in (16, 32, 64, 128, 256) if cols % b == 0]
+        hint = f"; block sizes that fit: {', '.join(map(str, fitting))}" if fitting else ""
+        raise OptionsError(
+            f"block size {block_size} does not divide the {cols} columns of {name}{hint}"
+        )
+    if bits == 4 and cols % 2:
+        raise OptionsError(f"{name} has an odd number of columns ({cols}); 4-bit packing needs an even number")
+
+
+def _pieces_along(
+    base: str, storage: Storage, dtype: str, shape: tuple[int, ...], axis: int,
+    bounds: list[tuple[int, int]], bits: int | None, block_size: int | None, symmetric: bool,
+) -> tuple[Piece, ...]:
+    pieces = []
+    for i, (start, stop) in enumerate(bounds):
+        piece_shape = list(shape)
+        piece_shape[axis] = stop - start
+        name = base if len(bounds) == 1 else f"{base}.part{i}"
+        pieces.append(
+            Piece(i, axis, start, stop,
+                  _piece_tensors(name, storage, dtype, tuple(piece_shape), bits, block_size, symmetric))
+        )
+    return tuple(pieces)
+
+
+def _even_bounds(size: int, count: int) -> list[tuple[int, int]]:
+    step = size // count
+    return [(i * step, (i + 1) * step) for i in range(count)]
+
+
+def _plan_weight(
+    w: LogicalWeight, options: ExportOptions, limits: _Limits, dtype: str
+) -> WeightPlan:
+    """Storage and splits of one weight that does not share another's bytes."""
+    role = w.role
+    bits: int | None = None
+    block: int | None = None
+    if role in ("linear", "lm_head"):
+        if options.weight_bits is not None and (role == "linear" or options.quantize_lm_head):
+            storage: Storage = "matmulnbits"
+            bits, block = options.weight_bits, options.block_size
+        else:
+            storage = "float" if role == "lm_head" else "float_t"
+    elif role in ("embedding", "ple_table"):
+        if options.embedding_bits is not None:
+            storage = "gbq"
+            bits, block = options.embedding_bits, options.embedding_block_size
+        else:
+            storage = "float"
+    else:
+        storage = "float"
+    if bits is not None and block is not None:
+        _check_quantizable(w.name, w.shape[1], bits, block)
+
+    def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
+        return _pieces_along(w.name, storage, dtype, w.shape, axis, bounds, bits, block,
+                             options.symmetric)
+
+    whole = make(0, [(0, w.shape[0])])
+    exceeds = limits.exceeded(whole[0].largest_buffer)
+    common = dict(bits=bits, block_size=block, symmetric=options.symmetric if bits else False)
+    if "max_buffer_size" not in exceeds or limits.buffer is None:
+        return WeightPlan(w, storage, dtype, whole, exceeds=exceeds, **common)  # type: ignore[arg-type]
+
+    limit = limits.buffer
+    if role == "ple_table":
+        # One [V, D] table per layer: the natural cut of the fused [V, L*D] table.
+        num = w.shape[1] // _ple_dim(w)
+        pieces = make(1, _even_bounds(w.shape[1], num))
+        axis, note = 1, f"fused table split into {num} per-layer tables"
+    elif role == "embedding":
+        # Split along the hidden axis: each piece is gathered and the rows concatenated,
+        # which needs no index arithmetic and stays graph-capture safe.
+        count = _split_count(w.shape[1], whole[0].largest_buffer, limit,
+                             unit=(block or 1) * (2 if bits == 4 else 1))
+        if count is None:
+            return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
+                              note="no even split of the hidden axis fits the limit", **common)  # type: ignore[arg-type]
+        pieces = make(1, _even_bounds(w.shape[1], count))
+        axis, note = 1, f"split along the hidden axis into {count} tables"
+    elif role == "lm_head":
+        count = _split_count(w.shape[0], whole[0].largest_buffer, limit, unit=1)
+        if count is None:
+            return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
+                              note="no even split of the vocabulary fits the limit", **common)  # type: ignore[arg-type]
+        pieces = make(0, _even_bounds(w.shape[0], count))
+        axis, note = 0, f"split along the vocabulary into {count} pieces"
+    else:
+        return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
+                          note=f"{role} weights are not split; raise the buffer limit or quantize",
+                          **common)  # type: ignore[arg-type]
+    still = tuple(sorted({lim for p in pieces for lim in limits.exceeded(p.largest_buffer)}))
+    return WeightPlan(w, storage, dtype, pieces, split_axis=axis, exceeds=exceeds,
+                      pieces_exceed=still, note=note, **common)  # type: ignore[arg-type]
+
+
+def _ple_dim(w: LogicalWeight) -> int:
+    # The fused table's width is L * D; the plan is only ever asked with a spec at hand,
+    # and the family encodes D as the embedding scale's square.
+    assert w.scale is not None
+    return round(w.scale**2)
+
+
+def _split_count(size: int, nbytes: int, limit: int, unit: int) -> int | None:
+    """Smallest count of equal pieces along an axis of ``size`` whose bytes fit ``limit``,
+    with every piece a multiple of ``unit`` elements."""
+    start = max(2, math.ceil(nbytes / limit))
+    for count in range(start, size // unit + 1):
+        if size % count == 0 and (size // count) % unit == 0 and nbytes // count <= limit:
+            return count
+    return None
+
+
+def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
+    """The tied LM head reuses the token embedding's initializers."""
+    head = LogicalWeight("lm_head.weight", w_embed.weight.shape, "lm_head")
+    if w_embed.storage == "gbq":
+        storage: Storage = "matmulnbits"
+        note = "tied: MatMulNBits over the quantized embedding's bytes"
+    else:
+        storage = "float"
+        note = "tied: MatMul over the embedding table"
+        if options.weight_bits is not None and options.quantize_lm_head:
+            note += " (kept float to store the table once; quantize it with --embedding-bits)"
+    if w_embed.is_split:
+        note += f", summed over its {len(w_embed.pieces)} hidden-axis pieces"
+    return WeightPlan(
+        head, storage, w_embed.dtype, w_embed.pieces, bits=w_embed.bits,
+        block_size=w_embed.block_size, symmetric=w_embed.symmetric,
+        split_axis=w_embed.split_axis, shares=w_embed.name, note=note,
+    )
+
+
+def context_length(spec: ModelSpec, options: ExportOptions) -> int:
+    """The longest sequence the package supports (sizes RoPE caches and KV buffers)."""
+    if options.max_length is not None:
+        return min(options.max_length, spec.max_position_embeddings)
+    return spec.max_position_embeddings
+
+
+def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
+    """Plan every initializer of the package for ``spec`` under ``options``.
+
+    Pure and fast: no weights are touched. Raises :class:`OptionsError` for options
+    the model cannot take (a block size that does not fit a dimension, ...).
+    """
+    options = options.resolve()
+    caps = options.caps
+    dtype = options.dtype or caps.default_dtype
+    limits = _Limits(options.max_buffer_size, caps.max_storage_binding_size)
+    length = context_length(spec, options)
+
+    weights: list[WeightPlan] = []
+    embed_plan: WeightPlan | None = None
+    for w in [*logical_weights(spec), *rope_weights(spec, length)]:
+        wp = _plan_weight(w, options, limits, dtype)
+        weights.append(wp)
+        if w.name == "embed_tokens.weight":
+            embed_plan = wp
+    if spec.tie_word_embeddings:
+        assert embed_plan is not None
+        weights.append(_tied_head(embed_plan, options))
+
+    warnings = []
+    for wp in weights:
+        if wp.shares:
+            continue
+        if "max_buffer_size" in wp.exceeds and not wp.is_split:
+            warnings.append(f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the buffer limit: {wp.note}")
+        if wp.pieces_exceed:
+            warnings.append(
+                f"{wp.name}: pieces still exceed {', '.join(wp.pieces_exceed)} "
+                f"({max(p.largest_buffer for p in wp.pieces):,} B each at most)"
+            )
+        elif "max_storage_binding_size" in wp.exceeds and not wp.is_split:
+            warnings.append(
+                f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the spec-default storage binding "
+                "size; adapters that grant more run it, others need a lower --max-buffer-size"
+            )
+    decoder = SessionPlan("decoder", "model.onnx", tuple(weights))
+    return ExportPlan(spec, options, caps, length, (decoder,), tuple(warnings))

@@ -1,0 +1,74 @@
+"""Progress reporting and cancellation for long engine work.
+
+Long work is a plain function that takes ``progress(fraction, message)`` and a
+:class:`CancelToken`. The CLI drives it with a progress bar, the app from a worker thread;
+tests pass a recording callable and no event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from engine.errors import CancelledError
+
+
+class Progress(Protocol):
+    """Receives a fraction of the work done, in [0, 1], and a short stage message."""
+
+    def __call__(self, fraction: float, message: str) -> None: ...
+
+
+def no_progress(fraction: float, message: str) -> None:
+    """A progress sink that ignores everything."""
+
+
+class CancelToken:
+    """A thread-safe flag the caller sets and the work checks at safe points."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise CancelledError()
+
+
+def sub_progress(progress: Progress, start: float, end: float) -> Progress:
+    """Map a sub-step's [0, 1] onto [start, end] of the parent's range."""
+    span = end - start
+
+    def report(fraction: float, message: str) -> None:
+        progress(start + span * min(max(fraction, 0.0), 1.0), message)
+
+    return report
+
+
+class Stepper:
+    """Counts weighted steps of a known total and reports them as fractions."""
+
+    def __init__(self, progress: Progress, total: float, cancel: CancelToken | None = None):
+        self._progress = progress
+        self._total = max(total, 1e-12)
+        self._done = 0.0
+        self._cancel = cancel
+        self._lock = threading.Lock()
+
+    def advance(self, amount: float, message: str) -> None:
+        with self._lock:
+            self._done += amount
+            fraction = min(self._done / self._total, 1.0)
+        self._progress(fraction, message)
+        if self._cancel is not None:
+            self._cancel.raise_if_cancelled()
+
+
+ProgressFactory = Callable[[float, float], Progress]
