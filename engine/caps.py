@@ -65,6 +65,10 @@ class EpCapabilities:
     mask arithmetic must be done in int32 to stay on the device."""
     gqa_local_window: bool = True
     """GroupQueryAttention's ``local_window_size`` gives correct results here."""
+    rms_norm_op: str = "RMSNormalization"
+    """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
+    ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
+    or ``explicit`` (ReduceMean / Pow / Mul)."""
 
     def supports(self, op: str) -> bool:
         return op in self.fused_ops

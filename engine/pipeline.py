@@ -1,0 +1,174 @@
+"""The export pipeline: model -> plan -> graph -> rewrites -> package, as one plain function.
+
+``export`` takes ``progress(fraction, message)`` and a :class:`CancelToken`; the CLI drives
+it with a progress bar and the app from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from engine.errors import OptionsError
+from engine.genai_config import make_genai_config
+from engine.models.gemma4 import build_decoder
+from engine.options import ExportOptions
+from engine.package import (
+    MANIFEST,
+    check_destination,
+    copy_tokenizer,
+    folder_files,
+    staging_folder,
+    write_json,
+)
+from engine.plan import ExportPlan, plan
+from engine.presets import load_preset
+from engine.progress import CancelToken, Progress, no_progress
+from engine.spec import ModelSpec, load_spec
+from engine.weights.factory import TensorFactory
+from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
+
+DATA_FILE_SUFFIX = ".data"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export produced."""
+
+    output: Path
+    plan: ExportPlan
+    files: dict[str, int]
+    seconds: float
+    graph_capture: bool
+    share_buffer: bool
+    tokenizer_files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.values())
+
+
+def load_model_spec(model_dir: str | os.PathLike[str] | None, preset: str | None) -> ModelSpec:
+    """The spec of a checkpoint folder or a built-in preset (exactly one of them)."""
+    if (model_dir is None) == (preset is None):
+        raise OptionsError("give either a model folder or a preset name (not both)")
+    return load_spec(model_dir) if model_dir is not None else load_preset(str(preset))
+
+
+def export(
+    output: str | os.PathLike[str],
+    *,
+    model_dir: str | os.PathLike[str] | None = None,
+    preset: str | None = None,
+    options: ExportOptions | None = None,
+    overwrite: bool = False,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> ExportResult:
+    """Export a Gemma 4 text decoder to an onnxruntime-genai package folder.
+
+    Args:
+        output: The package folder to create.
+        model_dir: A Hugging Face checkpoint folder (config.json + safetensors).
+        preset: A built-in architecture preset instead of a folder (needs random weights).
+        options: Export options; EP defaults fill what is left unset.
+        overwrite: Replace ``output`` if it exists (only once the new package is complete).
+        progress: Receives (fraction, stage message).
+        cancel: Checked between tensors; a cancel leaves nothing behind.
+
+    Raises:
+        EngineError: With a message that says what to change.
+    """
+    started = time.perf_counter()
+    cancel = cancel or CancelToken()
+    options = options or ExportOptions()
+    progress(0.0, "reading the model config")
+    spec = load_model_spec(model_dir, preset)
+    if model_dir is None and not options.random_weights:
+        raise OptionsError(
+            f"preset '{preset}' has no weights; pass --random-weights for an architecture-only package"
+        )
+    export_plan = plan(spec, options)
+    out = check_destination(output, overwrite)
+    source: WeightSource
+    if options.random_weights:
+        source = RandomSource(options.seed)
+    else:
+        progress(0.01, "checking the checkpoint's tensors")
+        checkpoint = CheckpointSource(spec, Path(str(model_dir)))
+        checkpoint.validate()
+        source = checkpoint
+    cancel.raise_if_cancelled()
+
+    progress(0.03, "building the graph")
+    factory = TensorFactory(export_plan, source, cancel)
+    model = build_decoder(export_plan, factory)
+    share_buffer = export_plan.options.uses_gqa
+    capture = False
+    notes: list[str] = []
+    cancel.raise_if_cancelled()
+
+    total = max(export_plan.decoder.nbytes, 1)
+    written = 0
+
+    def on_written(tensor: ir.TensorProtocol, info: Any) -> None:
+        nonlocal written
+        written += tensor.nbytes
+        progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
+        cancel.raise_if_cancelled()
+
+    with staging_folder(out, overwrite) as staging:
+        filename = export_plan.decoder.filename
+        ir.save(
+            model,
+            staging / filename,
+            external_data=filename + DATA_FILE_SUFFIX,
+            callback=on_written,
+            max_workers=min(4, os.cpu_count() or 1),
+        )
+        cancel.raise_if_cancelled()
+        progress(0.96, "writing genai_config.json")
+        write_json(
+            staging / "genai_config.json",
+            make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
+        )
+        tokenizer = copy_tokenizer(Path(model_dir) if model_dir is not None else None, staging)
+        write_json(staging / MANIFEST, _manifest(export_plan, capture, share_buffer))
+        files = folder_files(staging)
+    progress(1.0, "done")
+    return ExportResult(
+        output=out,
+        plan=export_plan,
+        files=files,
+        seconds=time.perf_counter() - started,
+        graph_capture=capture,
+        share_buffer=share_buffer,
+        tokenizer_files=tuple(tokenizer),
+        notes=tuple(notes),
+    )
+
+
+def _manifest(export_plan: ExportPlan, capture: bool, share_buffer: bool) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from engine import __version__
+
+    return {
+        "producer": "export-studio",
+        "version": __version__,
+        "model": export_plan.spec.summary(),
+        "options": asdict(export_plan.options),
+        "graph_capture": {"decoder": capture},
+        "past_present_share_buffer": share_buffer,
+        "plan": {
+            "total_bytes": export_plan.nbytes,
+            "context_length": export_plan.context_length,
+            "warnings": list(export_plan.warnings),
+        },
+    }

@@ -1,0 +1,168 @@
+"""Block-quantized tensors: the result type, the option checks, dequantization and the
+row-chunked driver every quantization method runs in.
+
+A weight ``[rows, cols]`` is quantized along ``cols`` in blocks of ``block_size``; each block
+has one scale and one zero point and its values become codes ``q`` with
+``w ~ (q - zero_point) * scale``. The arrays are laid out as ONNX Runtime's
+``MatMulNBits`` (B viewed as ``[N, K]``) and ``GatherBlockQuantized`` (``gather_axis=0``,
+``quantize_axis=1``) read them; both ops take the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from engine.errors import OptionsError
+from engine.quantize.packing import pack, packed_width, unpack
+
+__all__ = [
+    "BLOCK_SIZES",
+    "BlockFn",
+    "QuantizedBlocks",
+    "check_quantizable",
+    "dequantize",
+    "quantize_rows",
+]
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+"""Block sizes the ONNX Runtime kernels accept (powers of two from 16 to 256)."""
+
+_SCALE_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+# About 4 MiB of float32 per chunk: big enough that numpy's per-call overhead is small,
+# small enough that the temporaries of one chunk stay near the cache.
+_CHUNK_ELEMENTS = 1 << 20
+
+BlockFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""One chunk of blocks ``[r, nb, bs]`` float32 -> (codes uint8 ``[r, nb, bs]``,
+scales ``[r, nb]`` in the scale dtype, zero points uint8 ``[r, nb]``)."""
+
+
+@dataclass(frozen=True)
+class QuantizedBlocks:
+    """A block-quantized 2-D weight, ready to become ONNX Runtime initializers.
+
+    Attributes:
+        qweight: uint8 ``[rows, cols * bits // 8]``, codes packed along ``cols``; for 4 bits
+            element ``2j`` is the low nibble of byte ``j``. MatMulNBits' B for a weight
+            ``[N, K]`` is ``qweight.reshape(N, K // block_size, block_size * bits // 8)``;
+            GatherBlockQuantized takes it as is.
+        scales: ``[rows, cols // block_size]`` in the scale dtype.
+        zero_points: uint8 ``[rows, ceil((cols // block_size) * bits / 8)]``, packed like
+            ``qweight`` (an odd 4-bit count is padded with the nibble 8). Always present;
+            symmetric quantization stores the implicit 8 (4-bit) or 128 (8-bit).
+    """
+
+    qweight: np.ndarray
+    scales: np.ndarray
+    zero_points: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the three arrays together."""
+        return int(self.qweight.nbytes + self.scales.nbytes + self.zero_points.nbytes)
+
+
+def check_quantizable(name: str, shape: tuple[int, ...], bits: int, block_size: int) -> None:
+    """Check that a weight can be block-quantized along its last axis.
+
+    Args:
+        name: The weight's name, used in the message.
+        shape: The weight's shape; blocks run along the last axis.
+        bits: Bits per code.
+        block_size: Values per block.
+
+    Raises:
+        OptionsError: ``bits`` is not 4 or 8; ``block_size`` is not a power of two from 16 to
+            256; the last axis has an odd length with 4 bits or is not a multiple of
+            ``block_size`` (the message lists the block sizes that fit).
+    """
+    if bits not in (4, 8):
+        raise OptionsError(f"{name}: {bits}-bit quantization is not supported; use 4 or 8 bits")
+    if block_size not in BLOCK_SIZES:
+        raise OptionsError(
+            f"{name}: block size {block_size} is not supported; use a power of two from 16 to "
+            f"256 ({', '.join(map(str, BLOCK_SIZES))})"
+        )
+    if not shape:
+        raise OptionsError(f"{name} is a scalar; only tensors with a last axis can be quantized")
+    cols = shape[-1]
+    if bits == 4 and cols % 2:
+        raise OptionsError(
+            f"{name} has an odd number of columns ({cols}); 4-bit packing needs an even number. "
+            "Use 8 bits or keep this weight in float"
+        )
+    if cols % block_size:
+        fitting = [b for b in BLOCK_SIZES if cols % b == 0]
+        hint = (
+            f"block sizes that fit: {', '.join(map(str, fitting))}"
+            if fitting
+            else "no supported block size fits; keep this weight in float"
+        )
+        raise OptionsError(
+            f"{name}: block size {block_size} does not divide its {cols} columns; {hint}"
+        )
+
+
+def scale_dtype_of(scale_dtype: object) -> np.dtype:
+    """The numpy dtype of a requested scale dtype, or OptionsError if it is not a float one."""
+    dtype = np.dtype(scale_dtype)  # type: ignore[call-overload]
+    if dtype not in _SCALE_DTYPES:
+        raise OptionsError(f"scales must be float32, float16 or bfloat16, not {dtype}")
+    return dtype
+
+
+def quantize_rows(
+    weight: np.ndarray, bits: int, block_size: int, scale_dtype: np.dtype, block_fn: BlockFn
+) -> QuantizedBlocks:
+    """Run ``block_fn`` over ``weight`` in chunks of rows and pack its results.
+
+    Args:
+        weight: 2-D float array ``[rows, cols]`` (float32, float16 or bfloat16).
+        bits: 4 or 8.
+        block_size: Values per block; must divide ``cols``.
+        scale_dtype: dtype of the scales ``block_fn`` returns.
+        block_fn: Quantizes one chunk of blocks (see :data:`BlockFn`).
+
+    Returns:
+        The packed :class:`QuantizedBlocks`.
+    """
+    rows, cols = weight.shape
+    blocks = cols // block_size
+    qweight = np.empty((rows, cols * bits // 8), dtype=np.uint8)
+    scales = np.empty((rows, blocks), dtype=scale_dtype)
+    zero_points = np.empty((rows, packed_width(blocks, bits)), dtype=np.uint8)
+    step = max(1, _CHUNK_ELEMENTS // max(cols, 1))
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        x = np.asarray(weight[start:stop], dtype=np.float32).reshape(-1, blocks, block_size)
+        codes, s, z = block_fn(x)
+        qweight[start:stop] = pack(codes.reshape(stop - start, cols), bits)
+        scales[start:stop] = s
+        zero_points[start:stop] = pack(z, bits, pad=8)
+    return QuantizedBlocks(qweight, scales, zero_points)
+
+
+def dequantize(blocks: QuantizedBlocks, *, bits: int, block_size: int) -> np.ndarray:
+    """Reconstruct the float weight of block-quantized data.
+
+    Args:
+        blocks: The quantized weight.
+        bits: Bits per code it was quantized with.
+        block_size: Values per block it was quantized with.
+
+    Returns:
+        float32 ``[rows, cols]``: ``(q - zero_point) * scale``, computed in float32.
+    """
+    rows, width = blocks.qweight.shape
+    cols = width * 8 // bits
+    nb = cols // block_size
+    q = unpack(blocks.qweight, bits, cols).reshape(rows, nb, block_size)
+    zp = unpack(blocks.zero_points, bits, nb)
+    diff = q.astype(np.float32) - zp[..., None].astype(np.float32)
+    out = diff * blocks.scales.astype(np.float32)[..., None]
+    return out.reshape(rows, cols)

@@ -1,0 +1,87 @@
+"""Where weight data comes from: a checkpoint folder, or seeded random numbers."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from engine.errors import WeightsError
+from engine.logical import LogicalWeight
+from engine.models.gemma4_weights import checkpoint_name, ignorable, logical_weights
+from engine.spec import ModelSpec
+from engine.weights.checkpoint import Checkpoint
+
+_MAX_LISTED = 20
+
+
+class WeightSource(Protocol):
+    """Reads a logical weight, or a slice of one axis of it, in checkpoint layout."""
+
+    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray: ...
+
+
+class CheckpointSource:
+    """Logical weights read from a safetensors checkpoint folder."""
+
+    def __init__(self, spec: ModelSpec, folder: str | Path) -> None:
+        self.spec = spec
+        self.checkpoint = Checkpoint(folder)
+
+    def validate(self) -> None:
+        """Check every needed tensor is present with the right shape and nothing unknown is
+        left over; raises one :class:`WeightsError` listing every problem."""
+        needed = {checkpoint_name(self.spec, w.name): w for w in logical_weights(self.spec)}
+        missing = [key for key in needed if key not in self.checkpoint]
+        misshaped = [
+            f"{key}: expected {list(w.shape)}, found {list(self.checkpoint.entries[key].shape)}"
+            for key, w in needed.items()
+            if key in self.checkpoint and self.checkpoint.entries[key].shape != w.shape
+        ]
+        unexpected = [
+            key for key in self.checkpoint.keys()
+            if key not in needed and not ignorable(self.spec, key)
+        ]
+        problems = []
+        for label, items in (("missing", missing), ("with the wrong shape", misshaped),
+                             ("unexpected", unexpected)):
+            if items:
+                shown = items[:_MAX_LISTED]
+                more = f"\n    ... and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+                problems.append(f"  {len(items)} tensor(s) {label}:\n    " + "\n    ".join(shown) + more)
+        if problems:
+            raise WeightsError(
+                f"the checkpoint in '{self.checkpoint.folder}' does not match its config.json:\n"
+                + "\n".join(problems)
+                + "\nCheck that config.json belongs to these weights."
+            )
+
+    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+        return self.checkpoint.read(checkpoint_name(self.spec, weight.name), axis, start, stop)
+
+
+class RandomSource:
+    """Seeded random weights for architecture-only packages (previews, benchmarks).
+
+    Each stored piece is drawn from its own generator keyed by the seed, the weight's
+    name and the slice, so the same plan always produces the same bytes.
+    """
+
+    def __init__(self, seed: int = 0, std: float = 0.02) -> None:
+        self.seed = seed
+        self.std = std
+
+    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+        shape = list(weight.shape)
+        shape[axis] = stop - start
+        key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}".encode()
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+        if weight.role == "scalar":
+            return np.ones(shape, dtype=np.float32)
+        if weight.role == "norm":
+            return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        out = rng.standard_normal(shape, dtype=np.float32)
+        out *= self.std
+        return out
