@@ -109,7 +109,7 @@ def export(
     progress(0.03, "building the graph")
     factory = TensorFactory(export_plan, source, cancel)
     model = build_decoder(export_plan, factory)
-    share_buffer = export_plan.options.uses_gqa
+    share_buffer = export_plan.uses_gqa
     capture = False
     notes: list[str] = []
     cancel.raise_if_cancelled()

@@ -144,7 +144,13 @@ class ExportPlan:
     caps: EpCapabilities
     context_length: int
     sessions: tuple[SessionPlan, ...]
+    attention: Literal["gqa", "standard"] = "gqa"
+    """The attention lowering: com.microsoft GroupQueryAttention or standard ONNX ops."""
     warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def uses_gqa(self) -> bool:
+        return self.attention == "gqa"
 
     @property
     def nbytes(self) -> int:
@@ -171,6 +177,7 @@ class ExportPlan:
             "embedding_bits": self.options.embedding_bits,
             "block_size": self.options.block_size,
             "context_length": self.context_length,
+            "attention": self.attention,
             "limits": {
                 "max_buffer_size": limit,
                 "max_storage_binding_size": self.caps.max_storage_binding_size,
@@ -410,6 +417,25 @@ def context_length(spec: ModelSpec, options: ExportOptions) -> int:
     return spec.max_position_embeddings
 
 
+GQA_HEAD_MULTIPLE = 16
+"""GroupQueryAttention kernels need head sizes that are multiples of 16."""
+
+
+def attention_path(spec: ModelSpec, options: ExportOptions) -> Literal["gqa", "standard"]:
+    """GroupQueryAttention where the EP, dtype and head sizes allow it, else standard ONNX."""
+    bad = sorted({layer.head_dim for layer in spec.layers if layer.head_dim % GQA_HEAD_MULTIPLE})
+    if options.attention == "standard":
+        return "standard"
+    if options.attention == "gqa":
+        if bad:
+            raise OptionsError(
+                f"GroupQueryAttention needs head sizes that are multiples of {GQA_HEAD_MULTIPLE}; "
+                f"this model has {bad}. Use --attention standard (or auto)"
+            )
+        return "gqa"
+    return "gqa" if options.uses_gqa and not bad else "standard"
+
+
 def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     """Plan every initializer of the package for ``spec`` under ``options``.
 
@@ -450,4 +476,5 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
                 "size; adapters that grant more run it, others need a lower --max-buffer-size"
             )
     decoder = SessionPlan("decoder", "model.onnx", tuple(weights))
-    return ExportPlan(spec, options, caps, length, (decoder,), tuple(warnings))
+    return ExportPlan(spec, options, caps, length, (decoder,), attention_path(spec, options),
+                      tuple(warnings))

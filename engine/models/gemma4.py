@@ -45,7 +45,7 @@ def build_decoder(plan: ExportPlan, factory: TensorFactory | None = None) -> ir.
 
     hidden = embedding(ctx, input_ids, "embed_tokens.weight")
     per_layer = _per_layer_inputs(ctx, input_ids, hidden) if spec.has_ple else None
-    use_gqa = plan.options.uses_gqa
+    use_gqa = plan.uses_gqa
     inputs = (attn.gqa_inputs if use_gqa else attn.standard_inputs)(ctx, input_ids, attention_mask)
 
     presents: dict[int, tuple[ir.Value, ir.Value]] = {}

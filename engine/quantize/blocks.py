@@ -1,5 +1,4 @@
-"""Block-quantized tensors: the result type, the option checks, dequantization and the
-row-chunked driver every quantization method runs in.
+"""Block-quantized tensors: the result type, the option checks and dequantization.
 
 A weight ``[rows, cols]`` is quantized along ``cols`` in blocks of ``block_size``; each block
 has one scale and one zero point and its values become codes ``q`` with
@@ -10,36 +9,26 @@ has one scale and one zero point and its values become codes ``q`` with
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
 from engine.errors import OptionsError
-from engine.quantize.packing import pack, packed_width, unpack
+from engine.quantize.packing import unpack
 
 __all__ = [
     "BLOCK_SIZES",
-    "BlockFn",
     "QuantizedBlocks",
     "check_quantizable",
     "dequantize",
-    "quantize_rows",
+    "scale_dtype_of",
 ]
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 """Block sizes the ONNX Runtime kernels accept (powers of two from 16 to 256)."""
 
 _SCALE_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-# About 4 MiB of float32 per chunk: big enough that numpy's per-call overhead is small,
-# small enough that the temporaries of one chunk stay near the cache.
-_CHUNK_ELEMENTS = 1 << 20
-
-BlockFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
-"""One chunk of blocks ``[r, nb, bs]`` float32 -> (codes uint8 ``[r, nb, bs]``,
-scales ``[r, nb]`` in the scale dtype, zero points uint8 ``[r, nb]``)."""
 
 
 @dataclass(frozen=True)
@@ -114,37 +103,6 @@ def scale_dtype_of(scale_dtype: object) -> np.dtype:
     if dtype not in _SCALE_DTYPES:
         raise OptionsError(f"scales must be float32, float16 or bfloat16, not {dtype}")
     return dtype
-
-
-def quantize_rows(
-    weight: np.ndarray, bits: int, block_size: int, scale_dtype: np.dtype, block_fn: BlockFn
-) -> QuantizedBlocks:
-    """Run ``block_fn`` over ``weight`` in chunks of rows and pack its results.
-
-    Args:
-        weight: 2-D float array ``[rows, cols]`` (float32, float16 or bfloat16).
-        bits: 4 or 8.
-        block_size: Values per block; must divide ``cols``.
-        scale_dtype: dtype of the scales ``block_fn`` returns.
-        block_fn: Quantizes one chunk of blocks (see :data:`BlockFn`).
-
-    Returns:
-        The packed :class:`QuantizedBlocks`.
-    """
-    rows, cols = weight.shape
-    blocks = cols // block_size
-    qweight = np.empty((rows, cols * bits // 8), dtype=np.uint8)
-    scales = np.empty((rows, blocks), dtype=scale_dtype)
-    zero_points = np.empty((rows, packed_width(blocks, bits)), dtype=np.uint8)
-    step = max(1, _CHUNK_ELEMENTS // max(cols, 1))
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
-        x = np.asarray(weight[start:stop], dtype=np.float32).reshape(-1, blocks, block_size)
-        codes, s, z = block_fn(x)
-        qweight[start:stop] = pack(codes.reshape(stop - start, cols), bits)
-        scales[start:stop] = s
-        zero_points[start:stop] = pack(z, bits, pad=8)
-    return QuantizedBlocks(qweight, scales, zero_points)
 
 
 def dequantize(blocks: QuantizedBlocks, *, bits: int, block_size: int) -> np.ndarray:

@@ -1,0 +1,31 @@
+"""Byte sizes for people: ``format_bytes(268435456) == '256.0 MiB'`` and back."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+
+
+def format_bytes(n: int | float) -> str:
+    """Binary units with one decimal: B, KiB, MiB, GiB, TiB."""
+    value = float(n)
+    if abs(value) < 1024:
+        return f"{int(value)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if abs(value) < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def parse_bytes(text: str) -> int:
+    """Parse '268435456', '256MiB', '256 MiB', '1.5GiB', '300MB' into bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot read '{text}' as a size; write e.g. 268435456, 256MiB or 1GiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
