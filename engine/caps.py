@@ -161,8 +161,15 @@ def list_eps() -> list[str]:
 def get_caps(name: str) -> EpCapabilities:
     """Capabilities of one EP by its short name."""
     key = name.strip().lower()
-    aliases = {"directml": "dml", "trt": "trt-rtx", "tensorrt-rtx": "trt-rtx", "nvtensorrtrtx": "trt-rtx"}
+    aliases = {
+        "directml": "dml",
+        "trt": "trt-rtx",
+        "tensorrt-rtx": "trt-rtx",
+        "nvtensorrtrtx": "trt-rtx",
+    }
     key = aliases.get(key, key)
     if key not in _REGISTRY:
-        raise OptionsError(f"unknown execution provider '{name}'; choose one of: {', '.join(_REGISTRY)}")
+        raise OptionsError(
+            f"unknown execution provider '{name}'; choose one of: {', '.join(_REGISTRY)}"
+        )
     return _REGISTRY[key]

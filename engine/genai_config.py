@@ -38,7 +38,9 @@ def make_genai_config(plan: ExportPlan, *, capture: bool, share_buffer: bool) ->
     spec = plan.spec
     kv_layers = spec.kv_layers
     first = kv_layers[0]
-    eos: int | list[int] = list(spec.eos_token_ids) if len(spec.eos_token_ids) != 1 else spec.eos_token_ids[0]
+    eos: int | list[int] = (
+        list(spec.eos_token_ids) if len(spec.eos_token_ids) != 1 else spec.eos_token_ids[0]
+    )
     decoder: dict[str, Any] = {
         "session_options": {
             "log_id": "onnxruntime-genai",

@@ -67,29 +67,37 @@ class ExportOptions:
         for label, bits in (("weight", self.weight_bits), ("embedding", self.embedding_bits)):
             if bits is not None and bits not in VALID_BITS:
                 raise OptionsError(f"{label} bits must be 4 or 8 (or none), got {bits}")
-        for label, size in (("block size", self.block_size), ("embedding block size", self.embedding_block_size)):
+        for label, size in (
+            ("block size", self.block_size),
+            ("embedding block size", self.embedding_block_size),
+        ):
             if size is None:
                 continue
             if size < 16 or size > 256 or size & (size - 1):
-                raise OptionsError(
-                    f"{label} must be a power of two from 16 to 256, got {size}"
-                )
+                raise OptionsError(f"{label} must be a power of two from 16 to 256, got {size}")
         if self.weight_bits is not None and not caps.supports("MatMulNBits"):
-            raise OptionsError(f"{caps.display_name} has no MatMulNBits: weight quantization is unavailable")
+            raise OptionsError(
+                f"{caps.display_name} has no MatMulNBits: weight quantization is unavailable"
+            )
         if self.embedding_bits is not None and not caps.supports("GatherBlockQuantized"):
             raise OptionsError(
-                f"{caps.display_name} has no GatherBlockQuantized: embedding quantization is unavailable"
+                f"{caps.display_name} has no GatherBlockQuantized: "
+                "embedding quantization is unavailable"
             )
         if self.accuracy_level is not None and self.accuracy_level not in (0, 1, 2, 3, 4):
             raise OptionsError(f"accuracy level must be 0-4, got {self.accuracy_level}")
         if self.graph_capture not in ("auto", "on", "off"):
             raise OptionsError(f"graph capture must be auto, on or off, got '{self.graph_capture}'")
         if self.graph_capture == "on" and not caps.graph_capture:
-            raise OptionsError(f"{caps.display_name} does not support graph capture; use --graph-capture off")
+            raise OptionsError(
+                f"{caps.display_name} does not support graph capture; use --graph-capture off"
+            )
         if self.attention not in ("auto", "gqa", "standard"):
             raise OptionsError(f"attention must be auto, gqa or standard, got '{self.attention}'")
         if self.attention == "gqa" and not caps.supports("GroupQueryAttention"):
-            raise OptionsError(f"{caps.display_name} has no GroupQueryAttention; use --attention standard")
+            raise OptionsError(
+                f"{caps.display_name} has no GroupQueryAttention; use --attention standard"
+            )
         if self.max_buffer_size is not None and self.max_buffer_size < 1024 * 1024:
             raise OptionsError(
                 f"max buffer size must be at least 1 MiB, got {self.max_buffer_size} bytes"
@@ -117,4 +125,7 @@ class ExportOptions:
             return False
         if self.attention == "gqa":
             return True
-        return caps.supports("GroupQueryAttention") and (self.dtype or caps.default_dtype) in caps.gqa_dtypes
+        return (
+            caps.supports("GroupQueryAttention")
+            and (self.dtype or caps.default_dtype) in caps.gqa_dtypes
+        )

@@ -45,7 +45,9 @@ def check_destination(output: str | os.PathLike[str], overwrite: bool) -> Path:
     except OSError as exc:
         raise PackageError(f"cannot create the folder '{parent}': {exc.strerror or exc}") from exc
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise PackageError(f"cannot write into '{parent}': permission denied; choose another folder")
+        raise PackageError(
+            f"cannot write into '{parent}': permission denied; choose another folder"
+        )
     return out
 
 
@@ -60,7 +62,9 @@ def staging_folder(output: Path, overwrite: bool) -> Iterator[Path]:
     try:
         staging.mkdir()
     except OSError as exc:
-        raise PackageError(f"cannot create a folder in '{output.parent}': {exc.strerror or exc}") from exc
+        raise PackageError(
+            f"cannot create a folder in '{output.parent}': {exc.strerror or exc}"
+        ) from exc
     try:
         yield staging
         _swap_into_place(staging, output, overwrite)
@@ -74,7 +78,9 @@ def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
         staging.rename(output)
         return
     if not overwrite:
-        raise PackageError(f"'{output}' appeared while exporting; the new package was not moved there")
+        raise PackageError(
+            f"'{output}' appeared while exporting; the new package was not moved there"
+        )
     backup = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
     output.rename(backup)
     try:

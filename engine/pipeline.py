@@ -92,7 +92,8 @@ def export(
     spec = load_model_spec(model_dir, preset)
     if model_dir is None and not options.random_weights:
         raise OptionsError(
-            f"preset '{preset}' has no weights; pass --random-weights for an architecture-only package"
+            f"preset '{preset}' has no weights; "
+            "pass --random-weights for an architecture-only package"
         )
     export_plan = plan(spec, options)
     out = check_destination(output, overwrite)

@@ -211,7 +211,12 @@ def _weight_json(w: WeightPlan) -> dict[str, Any]:
         "shares": w.shares,
         "split_axis": w.split_axis,
         "pieces": [
-            {"start": p.start, "stop": p.stop, "bytes": p.nbytes, "largest_buffer": p.largest_buffer}
+            {
+                "start": p.start,
+                "stop": p.stop,
+                "bytes": p.nbytes,
+                "largest_buffer": p.largest_buffer,
+            }
             for p in w.pieces
         ],
         "exceeds": list(w.exceeds),
@@ -256,8 +261,13 @@ def quantized_shapes(
 
 
 def _piece_tensors(
-    base: str, storage: Storage, dtype: str, shape: tuple[int, int] | tuple[int, ...],
-    bits: int | None, block_size: int | None, symmetric: bool,
+    base: str,
+    storage: Storage,
+    dtype: str,
+    shape: tuple[int, int] | tuple[int, ...],
+    bits: int | None,
+    block_size: int | None,
+    symmetric: bool,
 ) -> tuple[PlannedTensor, ...]:
     if storage == "float":
         return (PlannedTensor(base, dtype, tuple(shape), "weight"),)
@@ -271,7 +281,9 @@ def _piece_tensors(
     ]
     # GatherBlockQuantized always gets zero points: CPU and CUDA disagree on the default.
     if storage == "gbq" or not symmetric:
-        tensors.append(PlannedTensor(f"{base}.zero_points", "uint8", shapes["zero_points"], "zero_points"))
+        tensors.append(
+            PlannedTensor(f"{base}.zero_points", "uint8", shapes["zero_points"], "zero_points")
+        )
     return tuple(tensors)
 
 
@@ -283,12 +295,21 @@ def _check_quantizable(name: str, cols: int, bits: int, block_size: int) -> None
             f"block size {block_size} does not divide the {cols} columns of {name}{hint}"
         )
     if bits == 4 and cols % 2:
-        raise OptionsError(f"{name} has an odd number of columns ({cols}); 4-bit packing needs an even number")
+        raise OptionsError(
+            f"{name} has an odd number of columns ({cols}); 4-bit packing needs an even number"
+        )
 
 
 def _pieces_along(
-    base: str, storage: Storage, dtype: str, shape: tuple[int, ...], axis: int,
-    bounds: list[tuple[int, int]], bits: int | None, block_size: int | None, symmetric: bool,
+    base: str,
+    storage: Storage,
+    dtype: str,
+    shape: tuple[int, ...],
+    axis: int,
+    bounds: list[tuple[int, int]],
+    bits: int | None,
+    block_size: int | None,
+    symmetric: bool,
 ) -> tuple[Piece, ...]:
     pieces = []
     for i, (start, stop) in enumerate(bounds):
@@ -296,8 +317,15 @@ def _pieces_along(
         piece_shape[axis] = stop - start
         name = base if len(bounds) == 1 else f"{base}.part{i}"
         pieces.append(
-            Piece(i, axis, start, stop,
-                  _piece_tensors(name, storage, dtype, tuple(piece_shape), bits, block_size, symmetric))
+            Piece(
+                i,
+                axis,
+                start,
+                stop,
+                _piece_tensors(
+                    name, storage, dtype, tuple(piece_shape), bits, block_size, symmetric
+                ),
+            )
         )
     return tuple(pieces)
 
@@ -332,45 +360,62 @@ def _plan_weight(
         _check_quantizable(w.name, w.shape[1], bits, block)
 
     def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
-        return _pieces_along(w.name, storage, dtype, w.shape, axis, bounds, bits, block,
-                             options.symmetric)
+        return _pieces_along(
+            w.name, storage, dtype, w.shape, axis, bounds, bits, block, options.symmetric
+        )
 
     whole = make(0, [(0, w.shape[0])])
     exceeds = limits.exceeded(whole[0].largest_buffer)
-    common = dict(bits=bits, block_size=block, symmetric=options.symmetric if bits else False)
-    if "max_buffer_size" not in exceeds or limits.buffer is None:
-        return WeightPlan(w, storage, dtype, whole, exceeds=exceeds, **common)  # type: ignore[arg-type]
 
+    def result(pieces: tuple[Piece, ...], axis: int | None = None, note: str = "") -> WeightPlan:
+        still = limits.exceeded(max(p.largest_buffer for p in pieces)) if axis is not None else ()
+        return WeightPlan(
+            w,
+            storage,
+            dtype,
+            pieces,
+            bits=bits,
+            block_size=block,
+            symmetric=options.symmetric if bits else False,
+            split_axis=axis,
+            exceeds=exceeds,
+            pieces_exceed=still,
+            note=note,
+        )
+
+    if "max_buffer_size" not in exceeds or limits.buffer is None:
+        return result(whole)
     limit = limits.buffer
     if role == "ple_table":
         # One [V, D] table per layer: the natural cut of the fused [V, L*D] table.
         num = w.shape[1] // _ple_dim(w)
-        pieces = make(1, _even_bounds(w.shape[1], num))
-        axis, note = 1, f"fused table split into {num} per-layer tables"
-    elif role == "embedding":
+        return result(
+            make(1, _even_bounds(w.shape[1], num)),
+            1,
+            f"fused table split into {num} per-layer tables",
+        )
+    if role == "embedding":
         # Split along the hidden axis: each piece is gathered and the rows concatenated,
-        # which needs no index arithmetic and stays graph-capture safe.
-        count = _split_count(w.shape[1], whole[0].largest_buffer, limit,
-                             unit=(block or 1) * (2 if bits == 4 else 1))
+        # which needs no index arithmetic and stays graph-capture safe. Pieces keep
+        # whole quantization blocks.
+        count = _split_count(w.shape[1], whole[0].largest_buffer, limit, unit=block or 1)
         if count is None:
-            return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
-                              note="no even split of the hidden axis fits the limit", **common)  # type: ignore[arg-type]
-        pieces = make(1, _even_bounds(w.shape[1], count))
-        axis, note = 1, f"split along the hidden axis into {count} tables"
-    elif role == "lm_head":
+            return result(whole, note="no even split of the hidden axis fits the limit")
+        return result(
+            make(1, _even_bounds(w.shape[1], count)),
+            1,
+            f"split along the hidden axis into {count} tables",
+        )
+    if role == "lm_head":
         count = _split_count(w.shape[0], whole[0].largest_buffer, limit, unit=1)
         if count is None:
-            return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
-                              note="no even split of the vocabulary fits the limit", **common)  # type: ignore[arg-type]
-        pieces = make(0, _even_bounds(w.shape[0], count))
-        axis, note = 0, f"split along the vocabulary into {count} pieces"
-    else:
-        return WeightPlan(w, storage, dtype, whole, exceeds=exceeds,
-                          note=f"{role} weights are not split; raise the buffer limit or quantize",
-                          **common)  # type: ignore[arg-type]
-    still = tuple(sorted({lim for p in pieces for lim in limits.exceeded(p.largest_buffer)}))
-    return WeightPlan(w, storage, dtype, pieces, split_axis=axis, exceeds=exceeds,
-                      pieces_exceed=still, note=note, **common)  # type: ignore[arg-type]
+            return result(whole, note="no even split of the vocabulary fits the limit")
+        return result(
+            make(0, _even_bounds(w.shape[0], count)),
+            0,
+            f"split along the vocabulary into {count} pieces",
+        )
+    return result(whole, note=f"{role} weights are not split; raise the buffer limit or quantize")
 
 
 def _ple_dim(w: LogicalWeight) -> int:
@@ -404,9 +449,16 @@ def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
     if w_embed.is_split:
         note += f", summed over its {len(w_embed.pieces)} hidden-axis pieces"
     return WeightPlan(
-        head, storage, w_embed.dtype, w_embed.pieces, bits=w_embed.bits,
-        block_size=w_embed.block_size, symmetric=w_embed.symmetric,
-        split_axis=w_embed.split_axis, shares=w_embed.name, note=note,
+        head,
+        storage,
+        w_embed.dtype,
+        w_embed.pieces,
+        bits=w_embed.bits,
+        block_size=w_embed.block_size,
+        symmetric=w_embed.symmetric,
+        split_axis=w_embed.split_axis,
+        shares=w_embed.name,
+        note=note,
     )
 
 
@@ -464,7 +516,9 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         if wp.shares:
             continue
         if "max_buffer_size" in wp.exceeds and not wp.is_split:
-            warnings.append(f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the buffer limit: {wp.note}")
+            warnings.append(
+                f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the buffer limit: {wp.note}"
+            )
         if wp.pieces_exceed:
             warnings.append(
                 f"{wp.name}: pieces still exceed {', '.join(wp.pieces_exceed)} "
@@ -476,5 +530,6 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
                 "size; adapters that grant more run it, others need a lower --max-buffer-size"
             )
     decoder = SessionPlan("decoder", "model.onnx", tuple(weights))
-    return ExportPlan(spec, options, caps, length, (decoder,), attention_path(spec, options),
-                      tuple(warnings))
+    return ExportPlan(
+        spec, options, caps, length, (decoder,), attention_path(spec, options), tuple(warnings)
+    )

@@ -21,17 +21,24 @@ def render_plan(plan: ExportPlan, top: int = 12) -> str:
         f"weights {'int' + str(opts.weight_bits) if opts.weight_bits else 'float'}, "
         f"embeddings {'int' + str(opts.embedding_bits) if opts.embedding_bits else 'float'}",
         f"buffer limit: {format_bytes(limit) if limit else 'none'}"
-        + (f"; storage binding limit: {format_bytes(plan.caps.max_storage_binding_size)}"
-           if plan.caps.max_storage_binding_size else ""),
+        + (
+            f"; storage binding limit: {format_bytes(plan.caps.max_storage_binding_size)}"
+            if plan.caps.max_storage_binding_size
+            else ""
+        ),
         f"context length: {plan.context_length:,}",
         "",
     ]
     for session in plan.sessions:
-        lines.append(f"session {session.name} ({session.filename}): {format_bytes(session.nbytes)} "
-                     f"({session.nbytes:,} B), {sum(1 for _ in session.tensors())} initializers")
+        lines.append(
+            f"session {session.name} ({session.filename}): {format_bytes(session.nbytes)} "
+            f"({session.nbytes:,} B), {sum(1 for _ in session.tensors())} initializers"
+        )
         weights = sorted(session.weights, key=lambda w: w.unsplit_nbytes, reverse=True)[:top]
         name_width = max(len(w.name) for w in weights)
-        lines.append(f"  {'tensor':<{name_width}}  {'shape':<16} {'storage':<12} {'bytes':>12}  split")
+        lines.append(
+            f"  {'tensor':<{name_width}}  {'shape':<16} {'storage':<12} {'bytes':>12}  split"
+        )
         for w in weights:
             shape = "x".join(map(str, w.weight.shape))
             size = "shared" if w.shares else format_bytes(w.nbytes)
@@ -43,7 +50,9 @@ def render_plan(plan: ExportPlan, top: int = 12) -> str:
                 split = "OVER LIMIT: " + ", ".join(w.exceeds)
             if w.shares:
                 split = (split + "; " if split else "") + f"uses {w.shares}"
-            lines.append(f"  {w.name:<{name_width}}  {shape:<16} {_storage(w):<12} {size:>12}  {split}")
+            lines.append(
+                f"  {w.name:<{name_width}}  {shape:<16} {_storage(w):<12} {size:>12}  {split}"
+            )
         lines.append("")
     lines.append(f"total: {format_bytes(plan.nbytes)} ({plan.nbytes:,} B)")
     for warning in plan.warnings:

@@ -25,9 +25,7 @@ def preset_config(name: str) -> dict:
     """The raw config dict of a preset."""
     path = _preset_dir() / f"{name}.json"
     if not path.is_file():
-        raise SpecError(
-            f"unknown preset '{name}'; available presets: {', '.join(list_presets())}"
-        )
+        raise SpecError(f"unknown preset '{name}'; available presets: {', '.join(list_presets())}")
     data: dict = json.loads(path.read_text(encoding="utf-8"))
     data.pop("_comment", None)
     return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,10 +208,8 @@ class _Fields:
         if kind is int and isinstance(value, bool):
             raise SpecError(f"{self.origin}: field '{key}' must be an integer, got {value!r}")
         if not isinstance(value, kind):
-            raise SpecError(
-                f"{self.origin}: field '{key}' must be {kind.__name__}, got {value!r}"
-            )
-        if kind is int and value < 0:
+            raise SpecError(f"{self.origin}: field '{key}' must be {kind.__name__}, got {value!r}")
+        if kind is int and isinstance(value, int) and value < 0:
             raise SpecError(f"{self.origin}: field '{key}' must not be negative, got {value}")
         return value
 
@@ -282,7 +281,9 @@ def _per_layer_overrides(
         for key, values in per_layer.items():
             if not isinstance(values, Mapping):
                 raise SpecError(f"{text.origin}: per_layer_config[{key!r}] must be an object")
-            clean = {k: int(v) for k, v in values.items() if k in ("head_dim", "num_key_value_heads")}
+            clean = {
+                k: int(v) for k, v in values.items() if k in ("head_dim", "num_key_value_heads")
+            }
             if str(key) in _LAYER_TYPE_NAMES:
                 targets = [i for i, k in enumerate(kinds) if k == _LAYER_TYPE_NAMES[str(key)]]
             else:
@@ -318,7 +319,8 @@ def _kv_sources(kinds: list[AttentionKind], num_shared: int, origin: str) -> lis
     num_layers = len(kinds)
     if num_shared > num_layers:
         raise SpecError(
-            f"{origin}: num_kv_shared_layers ({num_shared}) exceeds num_hidden_layers ({num_layers})"
+            f"{origin}: num_kv_shared_layers ({num_shared}) exceeds "
+            f"num_hidden_layers ({num_layers})"
         )
     if num_shared == num_layers:
         raise SpecError(
@@ -353,7 +355,9 @@ def _token_ids(*sources: _Fields) -> tuple[int | None, tuple[int, ...], int | No
     bos = first("bos_token_id")
     eos = first("eos_token_id")
     pad = first("pad_token_id")
-    eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else []))
+    eos_ids = tuple(
+        int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    )
     return (
         int(bos) if bos is not None else None,
         eos_ids,
@@ -361,7 +365,9 @@ def _token_ids(*sources: _Fields) -> tuple[int | None, tuple[int, ...], int | No
     )
 
 
-def spec_from_config(config: Mapping[str, Any], name: str = "model", origin: str = "config.json") -> ModelSpec:
+def spec_from_config(
+    config: Mapping[str, Any], name: str = "model", origin: str = "config.json"
+) -> ModelSpec:
     """Read a Hugging Face Gemma 4 config (text-only or multimodal) into a :class:`ModelSpec`."""
     top = _Fields(config, origin)
     model_type = config.get("model_type")
@@ -455,9 +461,13 @@ def spec_from_config(config: Mapping[str, Any], name: str = "model", origin: str
     bos, eos, pad = _token_ids(text, top)
     softcap = text.optional("final_logit_softcapping", None, float)
     tie = bool(config.get("tie_word_embeddings", text.optional("tie_word_embeddings", True, bool)))
-    dtype = text.data.get("dtype") or text.data.get("torch_dtype") or config.get("dtype") or config.get(
-        "torch_dtype"
-    ) or "float32"
+    dtype = (
+        text.data.get("dtype")
+        or text.data.get("torch_dtype")
+        or config.get("dtype")
+        or config.get("torch_dtype")
+        or "float32"
+    )
     return ModelSpec(
         name=name,
         model_type=text_type,
@@ -484,7 +494,7 @@ def spec_from_config(config: Mapping[str, Any], name: str = "model", origin: str
     )
 
 
-def load_config(model_dir: str | Path) -> dict[str, Any]:
+def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``config.json`` from a checkpoint folder, with errors that say what to fix."""
     folder = Path(model_dir)
     if not folder.is_dir():
@@ -503,7 +513,7 @@ def load_config(model_dir: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_spec(model_dir: str | Path) -> ModelSpec:
+def load_spec(model_dir: str | os.PathLike[str]) -> ModelSpec:
     """Read a checkpoint folder's ``config.json`` into a :class:`ModelSpec`."""
     folder = Path(model_dir)
     config = load_config(folder)

@@ -18,15 +18,26 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "all_features": {},
     "plain": dict(
-        hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
+        hidden_size_per_layer_input=0,
+        num_kv_shared_layers=0,
+        use_double_wide_mlp=False,
         final_logit_softcapping=None,
     ),
     "k_eq_v": dict(attention_k_eq_v=True, num_global_key_value_heads=1, sliding_window=4),
     "mqa": dict(
-        num_attention_heads=8, num_key_value_heads=1, head_dim=16, global_head_dim=32,
-        sliding_window=16, num_hidden_layers=5,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention",
-                     "sliding_attention", "full_attention"],
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=32,
+        sliding_window=16,
+        num_hidden_layers=5,
+        layer_types=[
+            "sliding_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+        ],
         use_double_wide_mlp=False,
     ),
 }

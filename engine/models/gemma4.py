@@ -34,14 +34,23 @@ def build_decoder(plan: ExportPlan, factory: TensorFactory | None = None) -> ir.
     spec = ctx.spec
     index_dtype = ir.DataType.INT64 if ctx.caps.int64_on_device else ir.DataType.INT32
     input_ids = ctx.input("input_ids", index_dtype, ["batch_size", "sequence_length"])
-    attention_mask = ctx.input("attention_mask", index_dtype, ["batch_size", "total_sequence_length"])
+    attention_mask = ctx.input(
+        "attention_mask", index_dtype, ["batch_size", "total_sequence_length"]
+    )
     past: list[tuple[ir.Value, ir.Value]] = []
     for cache, layer in enumerate(spec.kv_layers):
-        shape: list[int | str] = ["batch_size", layer.num_kv_heads, "past_sequence_length", layer.head_dim]
-        past.append((
-            ctx.input(f"past_key_values.{cache}.key", ctx.dtype, shape),
-            ctx.input(f"past_key_values.{cache}.value", ctx.dtype, shape),
-        ))
+        shape: list[int | str] = [
+            "batch_size",
+            layer.num_kv_heads,
+            "past_sequence_length",
+            layer.head_dim,
+        ]
+        past.append(
+            (
+                ctx.input(f"past_key_values.{cache}.key", ctx.dtype, shape),
+                ctx.input(f"past_key_values.{cache}.value", ctx.dtype, shape),
+            )
+        )
 
     hidden = embedding(ctx, input_ids, "embed_tokens.weight")
     per_layer = _per_layer_inputs(ctx, input_ids, hidden) if spec.has_ple else None
@@ -115,23 +124,35 @@ def _decoder_layer(
     heads, kv_heads, dim = spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
 
     query = linear(ctx, x, p + "self_attn.q_proj.weight")
-    query = rms_norm(ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), p + "self_attn.q_norm.weight", dim)
+    query = rms_norm(
+        ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), p + "self_attn.q_norm.weight", dim
+    )
     query = op.Reshape(query, ctx.ints([0, 0, heads * dim]))
     key = value = None
     if layer.owns_kv:
-        key_raw = op.Reshape(linear(ctx, x, p + "self_attn.k_proj.weight"), ctx.ints([0, 0, kv_heads, dim]))
-        value_raw = key_raw if layer.k_eq_v else op.Reshape(
-            linear(ctx, x, p + "self_attn.v_proj.weight"), ctx.ints([0, 0, kv_heads, dim])
+        key_raw = op.Reshape(
+            linear(ctx, x, p + "self_attn.k_proj.weight"), ctx.ints([0, 0, kv_heads, dim])
         )
-        key = op.Reshape(rms_norm(ctx, key_raw, p + "self_attn.k_norm.weight", dim),
-                         ctx.ints([0, 0, kv_heads * dim]))
+        value_raw = (
+            key_raw
+            if layer.k_eq_v
+            else op.Reshape(
+                linear(ctx, x, p + "self_attn.v_proj.weight"), ctx.ints([0, 0, kv_heads, dim])
+            )
+        )
+        key = op.Reshape(
+            rms_norm(ctx, key_raw, p + "self_attn.k_norm.weight", dim),
+            ctx.ints([0, 0, kv_heads * dim]),
+        )
         value = op.Reshape(rms_norm(ctx, value_raw, None, dim), ctx.ints([0, 0, kv_heads * dim]))
         past_key, past_value = past[spec.kv_cache_index(layer.index)]
     else:
         # Attend to the producer's full present KV; this layer adds nothing to it.
         past_key, past_value = presents[layer.kv_source]
     lower = attn.gqa if use_gqa else attn.standard
-    out, present_key, present_value = lower(ctx, layer, inputs, query, key, value, past_key, past_value)
+    out, present_key, present_value = lower(
+        ctx, layer, inputs, query, key, value, past_key, past_value
+    )
     if layer.owns_kv:
         presents[layer.index] = (present_key, present_value)
     out = linear(ctx, out, p + "self_attn.o_proj.weight")
@@ -139,12 +160,16 @@ def _decoder_layer(
     x, hidden = skip_rms_norm(ctx, out, hidden, p + "pre_feedforward_layernorm.weight", width)
 
     gate = gelu(ctx, linear(ctx, x, p + "mlp.gate_proj.weight"), spec.hidden_activation)
-    mlp = linear(ctx, op.Mul(gate, linear(ctx, x, p + "mlp.up_proj.weight")), p + "mlp.down_proj.weight")
+    mlp = linear(
+        ctx, op.Mul(gate, linear(ctx, x, p + "mlp.up_proj.weight")), p + "mlp.down_proj.weight"
+    )
     mlp = rms_norm(ctx, mlp, p + "post_feedforward_layernorm.weight", width)
     hidden = op.Add(hidden, mlp)
 
     if per_layer_input is not None:
-        gated = gelu(ctx, linear(ctx, hidden, p + "per_layer_input_gate.weight"), spec.hidden_activation)
+        gated = gelu(
+            ctx, linear(ctx, hidden, p + "per_layer_input_gate.weight"), spec.hidden_activation
+        )
         gated = linear(ctx, op.Mul(gated, per_layer_input), p + "per_layer_projection.weight")
         gated = rms_norm(ctx, gated, p + "post_per_layer_input_norm.weight", width)
         hidden = op.Add(hidden, gated)

@@ -7,10 +7,19 @@ from engine.spec import AttentionKind, ModelSpec
 
 # Checkpoint tensors a text export reads no further: KV projections of KV-shared layers
 # (transformers drops them too), and the multimodal towers of `gemma4` checkpoints.
-_IGNORED_SHARED = ("self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                   "self_attn.k_norm.weight", "self_attn.v_norm.weight")
-_IGNORED_PREFIXES = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.",
-                     "model.embed_audio.", "model.multi_modal_projector.")
+_IGNORED_SHARED = (
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.v_norm.weight",
+)
+_IGNORED_PREFIXES = (
+    "model.vision_tower.",
+    "model.audio_tower.",
+    "model.embed_vision.",
+    "model.embed_audio.",
+    "model.multi_modal_projector.",
+)
 
 
 def logical_weights(spec: ModelSpec) -> list[LogicalWeight]:
@@ -79,8 +88,12 @@ def rope_weights(spec: ModelSpec, max_length: int) -> list[LogicalWeight]:
         head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
         for part in ("cos", "sin"):
             out.append(
-                LogicalWeight(f"rope.{kind}.{part}_cache", (max_length, head_dim // 2),
-                              "rope_cache", computed=True)
+                LogicalWeight(
+                    f"rope.{kind}.{part}_cache",
+                    (max_length, head_dim // 2),
+                    "rope_cache",
+                    computed=True,
+                )
             )
     return out
 
@@ -100,7 +113,7 @@ def ignorable(spec: ModelSpec, checkpoint_key: str) -> bool:
         return True
     prefix = spec.weight_prefix + "layers."
     if checkpoint_key.startswith(prefix):
-        rest = checkpoint_key[len(prefix):]
+        rest = checkpoint_key[len(prefix) :]
         index_text, _, tail = rest.partition(".")
         if index_text.isdigit():
             index = int(index_text)

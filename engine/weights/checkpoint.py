@@ -65,12 +65,18 @@ def _read_header(path: Path) -> dict[str, TensorEntry]:
         if name == "__metadata__":
             continue
         try:
-            code, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+            code, shape, (begin, end) = (
+                info["dtype"],
+                tuple(int(d) for d in info["shape"]),
+                info["data_offsets"],
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise WeightsError(f"{path.name}: corrupt entry for tensor '{name}'") from exc
         dtype = from_safetensors(code)
         if dtype is None:
-            raise WeightsError(f"{path.name}: tensor '{name}' has dtype {code}, which the engine does not read")
+            raise WeightsError(
+                f"{path.name}: tensor '{name}' has dtype {code}, which the engine does not read"
+            )
         entry = TensorEntry(name, path, dtype, shape, data_start + int(begin))
         if int(end) - int(begin) != entry.nbytes or data_start + int(end) > size:
             raise WeightsError(
@@ -99,7 +105,9 @@ class Checkpoint:
             files = sorted({self.folder / f for f in weight_map.values()})
             missing = [f.name for f in files if not f.is_file()]
             if missing:
-                raise WeightsError(f"{index.name} names shard files that are missing: {', '.join(missing)}")
+                raise WeightsError(
+                    f"{index.name} names shard files that are missing: {', '.join(missing)}"
+                )
         else:
             files = sorted(self.folder.glob("*.safetensors"))
         if not files:
@@ -146,13 +154,15 @@ class Checkpoint:
 
     @staticmethod
     def _read_into(entry: TensorEntry, offset: int, out: np.ndarray) -> None:
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        view = out.reshape(-1).view(np.uint8).data
         try:
             with entry.file.open("rb") as f:
                 f.seek(offset)
                 got = f.readinto(view)
         except OSError as exc:
-            raise WeightsError(f"cannot read tensor '{entry.name}' from {entry.file}: {exc}") from exc
+            raise WeightsError(
+                f"cannot read tensor '{entry.name}' from {entry.file}: {exc}"
+            ) from exc
         if got != len(view):
             raise WeightsError(
                 f"{entry.file.name}: tensor '{entry.name}' is truncated "

@@ -87,7 +87,9 @@ class TensorFactory:
             return np.ascontiguousarray(data.astype(target, copy=False))
         return self._quantized_part(weight, piece, tensor)
 
-    def _quantized_part(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> np.ndarray:
+    def _quantized_part(
+        self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor
+    ) -> np.ndarray:
         from engine.quantize import quantize
 
         key = (weight.name, piece.index)
@@ -97,8 +99,11 @@ class TensorFactory:
                 data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
                 assert weight.bits is not None and weight.block_size is not None
                 blocks = quantize(
-                    data, bits=weight.bits, block_size=weight.block_size,
-                    symmetric=weight.symmetric, scale_dtype=numpy_dtype(weight.dtype),
+                    data,
+                    bits=weight.bits,
+                    block_size=weight.block_size,
+                    symmetric=weight.symmetric,
+                    scale_dtype=numpy_dtype(weight.dtype),
                     method=self.plan.options.quant_method,
                 )
                 pending.parts = {

@@ -41,16 +41,26 @@ class CheckpointSource:
             if key in self.checkpoint and self.checkpoint.entries[key].shape != w.shape
         ]
         unexpected = [
-            key for key in self.checkpoint.keys()
+            key
+            for key in self.checkpoint.entries
             if key not in needed and not ignorable(self.spec, key)
         ]
         problems = []
-        for label, items in (("missing", missing), ("with the wrong shape", misshaped),
-                             ("unexpected", unexpected)):
+        for label, items in (
+            ("missing", missing),
+            ("with the wrong shape", misshaped),
+            ("unexpected", unexpected),
+        ):
             if items:
                 shown = items[:_MAX_LISTED]
-                more = f"\n    ... and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
-                problems.append(f"  {len(items)} tensor(s) {label}:\n    " + "\n    ".join(shown) + more)
+                more = (
+                    f"\n    ... and {len(items) - len(shown)} more"
+                    if len(items) > len(shown)
+                    else ""
+                )
+                problems.append(
+                    f"  {len(items)} tensor(s) {label}:\n    " + "\n    ".join(shown) + more
+                )
         if problems:
             raise WeightsError(
                 f"the checkpoint in '{self.checkpoint.folder}' does not match its config.json:\n"

@@ -16,10 +16,16 @@ def ort_greedy(
     """
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(package / "model.onnx"), providers=providers or ["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(package / "model.onnx"), providers=providers or ["CPUExecutionProvider"]
+    )
     inputs = {i.name: i for i in session.get_inputs()}
     index_dtype = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
-    float_dtype = np.float16 if "float16" in inputs[next(n for n in inputs if n.startswith("past"))].type else np.float32
+    float_dtype = (
+        np.float16
+        if "float16" in inputs[next(n for n in inputs if n.startswith("past"))].type
+        else np.float32
+    )
     past = {
         name: np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=float_dtype)
         for name, info in inputs.items()
@@ -32,7 +38,7 @@ def ort_greedy(
     logits: list[np.ndarray] = []
     for step in range(steps + 1):
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, total), dtype=index_dtype), **past}
-        outputs = dict(zip(output_names, session.run(None, feeds)))
+        outputs = dict(zip(output_names, session.run(None, feeds), strict=True))
         logits.append(outputs["logits"][0].astype(np.float32))
         past = {
             name.replace("present", "past_key_values"): value

@@ -18,7 +18,10 @@ BASE_CONFIG: dict[str, Any] = dict(
     head_dim=16,
     global_head_dim=32,
     sliding_window=8,
-    layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 2 + ["full_attention"],
+    layer_types=["sliding_attention"] * 2
+    + ["full_attention"]
+    + ["sliding_attention"] * 2
+    + ["full_attention"],
     num_kv_shared_layers=2,
     use_double_wide_mlp=True,
     final_logit_softcapping=30.0,

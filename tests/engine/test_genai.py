@@ -12,7 +12,6 @@ from engine.options import ExportOptions
 from engine.pipeline import export
 from tests._support.tiny_gemma import hf_greedy
 
-
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 NEW_TOKENS = 20
 
@@ -20,12 +19,14 @@ NEW_TOKENS = 20
 def genai_greedy(package: Path, prompt: list[int], new_tokens: int) -> list[int]:
     model = og.Model(str(package))
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(prompt) + new_tokens, min_length=len(prompt) + new_tokens)
+    params.set_search_options(
+        do_sample=False, max_length=len(prompt) + new_tokens, min_length=len(prompt) + new_tokens
+    )
     generator = og.Generator(model, params)
     generator.append_tokens(prompt)
     while not generator.is_done():
         generator.generate_next_token()
-    return [int(t) for t in generator.get_sequence(0)][len(prompt):]
+    return [int(t) for t in generator.get_sequence(0)][len(prompt) :]
 
 
 @pytest.mark.parametrize("attention", ["gqa", "standard"])
@@ -33,7 +34,9 @@ def genai_greedy(package: Path, prompt: list[int], new_tokens: int) -> list[int]
 def test_genai_greedy_equals_transformers(tiny_models, tmp_path: Path, config: str, attention: str):
     model_dir, model = tiny_models.get(config)
     out = tmp_path / "pkg"
-    export(out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32", attention=attention))
+    export(
+        out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32", attention=attention)
+    )
     genai_config = json.loads((out / "genai_config.json").read_text())
     # GQA packages share one preallocated KV buffer between past and present.
     assert genai_config["search"]["past_present_share_buffer"] is (attention == "gqa")

@@ -19,10 +19,14 @@ DECODE_STEPS = 20  # prompt 12 + 20 steps = 32 positions, past every sliding win
 
 @pytest.mark.parametrize("attention", ["gqa", "standard"])
 @pytest.mark.parametrize("config", sorted(TINY_CONFIGS))
-def test_fp32_package_matches_transformers_every_step(tiny_models, tmp_path: Path, config: str, attention: str):
+def test_fp32_package_matches_transformers_every_step(
+    tiny_models, tmp_path: Path, config: str, attention: str
+):
     model_dir, model = tiny_models.get(config)
     out = tmp_path / "pkg"
-    export(out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32", attention=attention))
+    export(
+        out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32", attention=attention)
+    )
 
     ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
     tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)

@@ -1,0 +1,173 @@
+"""Graph components shared by model families: norms, linears, embeddings, the LM head.
+
+Each component reads its weight's storage from the plan (float, MatMulNBits,
+GatherBlockQuantized, split pieces) and the EP's flags from the context; none branches
+on an EP's name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from engine.build.context import BuildContext
+from engine.plan import WeightPlan
+
+
+def rms_norm(ctx: BuildContext, x: ir.Value, weight: str | None, width: int) -> ir.Value:
+    """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm)."""
+    eps = ctx.spec.rms_norm_eps
+    scale = _norm_scale(ctx, weight, width)
+    if ctx.caps.rms_norm_op == "RMSNormalization":
+        return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
+    if ctx.caps.rms_norm_op == "SimplifiedLayerNormalization":
+        return ctx.op.SimplifiedLayerNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
+    xf = ctx.op.Cast(x, to=ir.DataType.FLOAT) if ctx.dtype != ir.DataType.FLOAT else x
+    mean_sq = ctx.op.ReduceMean(ctx.op.Mul(xf, xf), ctx.ints([-1]), keepdims=1)
+    inv = ctx.op.Pow(ctx.op.Add(mean_sq, np.float32(eps)), np.float32(-0.5))
+    normed = ctx.op.Mul(xf, inv)
+    if ctx.dtype != ir.DataType.FLOAT:
+        normed = ctx.op.Cast(normed, to=ctx.dtype)
+    return ctx.op.Mul(normed, scale)
+
+
+def skip_rms_norm(
+    ctx: BuildContext, x: ir.Value, skip: ir.Value, weight: str, width: int
+) -> tuple[ir.Value, ir.Value]:
+    """``(norm(x + skip), x + skip)``, fused where the EP has SkipSimplifiedLayerNormalization."""
+    if ctx.caps.supports("SkipSimplifiedLayerNormalization"):
+        outputs = ctx.ms.SkipSimplifiedLayerNormalization(
+            x, skip, _norm_scale(ctx, weight, width), epsilon=ctx.spec.rms_norm_eps, _outputs=4
+        )
+        return outputs[0], outputs[3]
+    total = ctx.op.Add(x, skip)
+    return rms_norm(ctx, total, weight, width), total
+
+
+def _norm_scale(ctx: BuildContext, weight: str | None, width: int) -> ir.Value:
+    if weight is None:
+        return ctx.const(np.ones(width, dtype=ctx.np_dtype), name=f"ones_{width}")
+    wp = ctx.weight(weight)
+    return ctx.parts(wp, wp.pieces[0])["weight"]
+
+
+def linear(ctx: BuildContext, x: ir.Value, weight: str) -> ir.Value:
+    """``x @ W.T`` for a checkpoint weight W [out, in], float or MatMulNBits."""
+    wp = ctx.weight(weight)
+    assert len(wp.pieces) == 1, f"{weight}: split linears are not supported here"
+    return _matmul_piece(ctx, x, wp, 0)
+
+
+def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) -> ir.Value:
+    piece = wp.pieces[index]
+    parts = ctx.parts(wp, piece)
+    if wp.storage == "float_t":
+        return ctx.op.MatMul(x, parts["weight"])
+    assert wp.storage == "matmulnbits" and wp.bits is not None and wp.block_size is not None
+    rows, cols = _piece_shape(wp, index)
+    qweight = parts["qweight"]
+    if qweight.shape is not None and len(qweight.shape) == 2:
+        # Bytes shared with a GatherBlockQuantized table: view them as MatMulNBits blocks.
+        qweight = ctx.op.Reshape(
+            qweight, ctx.ints([rows, cols // wp.block_size, wp.block_size * wp.bits // 8])
+        )
+    inputs = [x, qweight, parts["scales"]]
+    if "zero_points" in parts:
+        inputs.append(parts["zero_points"])
+    return ctx.ms.MatMulNBits(
+        *inputs, K=cols, N=rows, bits=wp.bits, block_size=wp.block_size,
+        accuracy_level=ctx.options.accuracy_level or 0,
+    )
+
+
+def _piece_shape(wp: WeightPlan, index: int) -> tuple[int, int]:
+    piece = wp.pieces[index]
+    shape = list(wp.weight.shape)
+    shape[piece.axis] = piece.stop - piece.start
+    return shape[0], shape[1]
+
+
+def gather_rows(ctx: BuildContext, wp: WeightPlan, ids: ir.Value, index: int) -> ir.Value:
+    """Rows ``ids`` of one piece of an embedding table, dequantized, unscaled."""
+    parts = ctx.parts(wp, wp.pieces[index])
+    if wp.storage == "float":
+        return ctx.op.Gather(parts["weight"], ids, axis=0)
+    assert wp.storage == "gbq"
+    return ctx.ms.GatherBlockQuantized(
+        parts["qweight"], ids, parts["scales"], parts["zero_points"],
+        gather_axis=0, quantize_axis=1, block_size=wp.block_size, bits=wp.bits,
+    )
+
+
+def scale_rows(ctx: BuildContext, rows: ir.Value, wp: WeightPlan) -> ir.Value:
+    """Multiply looked-up rows by the table's constant scale (rounded to the activation
+    dtype first, as transformers does)."""
+    if wp.weight.scale is None:
+        return rows
+    return ctx.op.Mul(rows, ctx.scalar(wp.weight.scale))
+
+
+def embedding(ctx: BuildContext, ids: ir.Value, weight: str) -> ir.Value:
+    """Scaled embedding lookup; pieces split along the hidden axis are concatenated."""
+    wp = ctx.weight(weight)
+    rows = [gather_rows(ctx, wp, ids, i) for i in range(len(wp.pieces))]
+    out = rows[0] if len(rows) == 1 else ctx.op.Concat(*rows, axis=-1)
+    return scale_rows(ctx, out, wp)
+
+
+def lm_head(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """Logits [B, S, V] from hidden states [B, S, H], for every storage the plan allows."""
+    wp = ctx.weight("lm_head.weight")
+    owner = ctx.weight(wp.shares) if wp.shares else wp
+    count = len(wp.pieces)
+    if wp.storage == "matmulnbits":
+        view = _as_matmul(owner, wp)
+        if count == 1:
+            return _matmul_piece(ctx, x, view, 0)
+        if wp.split_axis == 1:
+            chunks = ctx.op.Split(x, axis=-1, num_outputs=count, _outputs=count)
+            partial = [_matmul_piece(ctx, chunks[i], view, i) for i in range(count)]
+            return _sum(ctx, partial)
+        return ctx.op.Concat(*[_matmul_piece(ctx, x, view, i) for i in range(count)], axis=-1)
+    # Float table [V, H]: W @ x^T keeps the table in its embedding layout (a tied head
+    # stores it once) and needs no Shape, so it stays graph-capture safe.
+    xt = ctx.op.Transpose(x, perm=[0, 2, 1])
+    tables = [ctx.parts(owner, p)["weight"] for p in owner.pieces]
+    if count == 1:
+        logits_t = ctx.op.MatMul(tables[0], xt)
+    elif wp.split_axis == 1:
+        chunks = ctx.op.Split(xt, axis=1, num_outputs=count, _outputs=count)
+        logits_t = _sum(ctx, [ctx.op.MatMul(tables[i], chunks[i]) for i in range(count)])
+    else:
+        logits_t = ctx.op.Concat(*[ctx.op.MatMul(t, xt) for t in tables], axis=1)
+    return ctx.op.Transpose(logits_t, perm=[0, 2, 1])
+
+
+def _as_matmul(owner: WeightPlan, head: WeightPlan) -> WeightPlan:
+    """The head's plan with the owner's pieces, so initializers resolve to the owner's."""
+    from dataclasses import replace
+
+    return replace(owner, storage=head.storage)
+
+
+def _sum(ctx: BuildContext, values: list[ir.Value]) -> ir.Value:
+    total = values[0]
+    for value in values[1:]:
+        total = ctx.op.Add(total, value)
+    return total
+
+
+def gelu_tanh(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """GELU with the tanh approximation (``gelu_pytorch_tanh``)."""
+    return ctx.op.Gelu(x, approximate="tanh")
+
+
+def gelu(ctx: BuildContext, x: ir.Value, activation: str) -> ir.Value:
+    if activation == "gelu":
+        return ctx.op.Gelu(x)
+    return gelu_tanh(ctx, x)
+
+
+def softcap(ctx: BuildContext, x: ir.Value, cap: float) -> ir.Value:
+    """``cap * tanh(x / cap)``."""
+    return ctx.op.Mul(ctx.op.Tanh(ctx.op.Div(x, ctx.scalar(cap))), ctx.scalar(cap))

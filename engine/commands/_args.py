@@ -1,0 +1,159 @@
+"""Arguments shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from engine.caps import list_eps
+from engine.options import DTYPES, ExportOptions
+from engine.presets import list_presets
+from engine.progress import Progress
+from engine.units import parse_bytes
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument(
+        "--model", metavar="DIR", help="Hugging Face checkpoint folder (config.json + safetensors)"
+    )
+    group.add_argument(
+        "--preset", metavar="NAME", help=f"built-in architecture: {', '.join(list_presets())}"
+    )
+
+
+def bits(text: str) -> int | None:
+    if text.lower() in ("none", "float", "0"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 4, 8 or none, got '{text}'") from None
+
+
+def size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    """Options that shape a package (shared by build, plan and audit)."""
+    parser.add_argument(
+        "--ep", default="cpu", help=f"execution provider: {', '.join(list_eps())} (default cpu)"
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPES, help="activation dtype (default: the EP's preferred)"
+    )
+    parser.add_argument(
+        "--weight-bits",
+        type=bits,
+        default=None,
+        metavar="4|8|none",
+        help="quantize linear weights to MatMulNBits",
+    )
+    parser.add_argument(
+        "--embedding-bits",
+        type=bits,
+        default=None,
+        metavar="4|8|none",
+        help="quantize embedding tables to GatherBlockQuantized",
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=32, help="quantization block size (default 32)"
+    )
+    parser.add_argument(
+        "--symmetric", action="store_true", help="symmetric quantization (no zero points)"
+    )
+    parser.add_argument(
+        "--quant-method",
+        choices=("rtn", "search"),
+        default="rtn",
+        help="rtn: round to nearest; search: per-block scale search (slower, lower error)",
+    )
+    parser.add_argument(
+        "--no-quantize-lm-head",
+        dest="quantize_lm_head",
+        action="store_false",
+        help="keep an untied LM head in float when quantizing weights",
+    )
+    parser.add_argument(
+        "--accuracy-level", type=int, default=None, help="MatMulNBits accuracy_level (0-4)"
+    )
+    parser.add_argument("--graph-capture", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--max-buffer-size",
+        type=size,
+        default=None,
+        metavar="BYTES",
+        help="largest single buffer, e.g. 256MiB or 1GiB (default: the EP's limit)",
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="longest sequence the package supports (default: the model's)",
+    )
+    parser.add_argument(
+        "--attention",
+        choices=("auto", "gqa", "standard"),
+        default="auto",
+        help="GroupQueryAttention or the standard-ONNX attention path",
+    )
+
+
+def options_from_args(args: argparse.Namespace, random_weights: bool = False) -> ExportOptions:
+    return ExportOptions(
+        ep=args.ep,
+        dtype=args.dtype,
+        weight_bits=args.weight_bits,
+        embedding_bits=args.embedding_bits,
+        block_size=args.block_size,
+        symmetric=args.symmetric,
+        quant_method=args.quant_method,
+        quantize_lm_head=args.quantize_lm_head,
+        accuracy_level=args.accuracy_level,
+        graph_capture=args.graph_capture,
+        max_buffer_size=args.max_buffer_size,
+        max_length=args.max_length,
+        attention=args.attention,
+        random_weights=random_weights,
+        seed=getattr(args, "seed", 0),
+    )
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+class progress_bar:
+    """A tqdm bar on stderr driven by (fraction, message) callbacks; silent when quiet."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.quiet:
+            return lambda fraction, message: None
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=100,
+            bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}",
+            file=sys.stderr,
+            leave=False,
+        )
+
+        def report(fraction: float, message: str) -> None:
+            self.bar.set_description_str(message[:44].ljust(44), refresh=False)
+            self.bar.update(round(fraction * 100, 2) - self.bar.n)
+
+        return report
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,60 @@
+"""The command line: exit codes, messages and the files it writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_build_tiny_preset_writes_a_package(tmp_path: Path):
+    out = tmp_path / "pkg"
+    result = cli(
+        "build", "--preset", "gemma4-tiny", "--random-weights", "--ep", "cpu", "--quiet", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout
+    assert {"model.onnx", "model.onnx.data", "genai_config.json"} <= {p.name for p in out.iterdir()}
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["type"] == "gemma4_text"
+
+
+def test_build_refuses_existing_output_with_exit_code_2(tmp_path: Path):
+    result = cli("build", "--preset", "gemma4-tiny", "--random-weights", "--quiet", str(tmp_path))
+    assert result.returncode == 2
+    assert "--overwrite" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_info_json_reports_the_architecture():
+    result = cli("info", "--preset", "gemma4-e2b", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["layers"] == 35 and info["kv_cache_layers"] == 15
+
+
+def test_plan_text_and_json_agree_on_total():
+    args = ("plan", "--preset", "gemma4-e2b", "--ep", "webgpu", "--embedding-bits", "4")
+    text = cli(*args)
+    data = json.loads(cli(*args, "--json").stdout)
+    assert text.returncode == 0, text.stderr
+    assert f"{data['total_bytes']:,} B" in text.stdout
+    assert "35 pieces" in text.stdout
+
+
+def test_bad_option_is_a_usage_error():
+    result = cli("plan", "--preset", "gemma4-e2b", "--weight-bits", "3")
+    assert result.returncode == 2
+    assert "weight bits must be 4 or 8" in result.stderr

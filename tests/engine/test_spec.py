@@ -1,0 +1,131 @@
+"""Reading Hugging Face configs (both formats, multimodal nesting) into ModelSpec."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from engine.errors import SpecError
+from engine.presets import list_presets, load_preset, preset_config
+from engine.spec import spec_from_config
+
+OLD_FORMAT = {  # transformers <= 5.14 writes global_* fields
+    "model_type": "gemma4_text",
+    "vocab_size": 320,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "global_head_dim": 32,
+    "num_global_key_value_heads": 1,
+    "attention_k_eq_v": True,
+    "sliding_window": 8,
+    "num_kv_shared_layers": 2,
+    "use_double_wide_mlp": True,
+    "hidden_size_per_layer_input": 16,
+    "vocab_size_per_layer_input": 320,
+    "layer_types": ["sliding_attention"] * 2
+    + ["full_attention"]
+    + ["sliding_attention"] * 2
+    + ["full_attention"],
+}
+
+
+def new_format(old: dict) -> dict:
+    """The same model as transformers >= 5.15 saves it."""
+    new = {
+        k: v for k, v in old.items() if k not in ("global_head_dim", "num_global_key_value_heads")
+    }
+    new["per_layer_config"] = {
+        "2": {"head_dim": 32, "num_key_value_heads": 1},
+        "5": {"head_dim": 32, "num_key_value_heads": 1},
+    }
+    return new
+
+
+def test_both_config_formats_give_the_same_spec():
+    old = spec_from_config(OLD_FORMAT)
+    new = spec_from_config(new_format(OLD_FORMAT))
+    assert old.layers == new.layers
+    full = [layer for layer in old.layers if layer.attention == "full"]
+    assert {(layer.head_dim, layer.num_kv_heads, layer.k_eq_v) for layer in full} == {(32, 1, True)}
+
+
+def test_global_kv_heads_apply_only_with_k_eq_v():
+    config = dict(OLD_FORMAT, attention_k_eq_v=False)
+    spec = spec_from_config(config)
+    assert {layer.num_kv_heads for layer in spec.layers} == {2}
+
+
+def test_kv_sharing_points_at_last_producer_of_same_kind():
+    spec = spec_from_config(OLD_FORMAT)
+    assert [layer.kv_source for layer in spec.layers] == [0, 1, 2, 3, 3, 2]
+    assert [layer.index for layer in spec.kv_layers] == [0, 1, 2, 3]
+    assert spec.kv_cache_index(4) == 3 and spec.kv_cache_index(5) == 2
+    # double-wide MLP only on shared layers
+    assert [layer.intermediate_size for layer in spec.layers] == [128] * 4 + [256] * 2
+
+
+def test_multimodal_config_reads_nested_text_config():
+    spec = spec_from_config(
+        {
+            "model_type": "gemma4",
+            "text_config": dict(OLD_FORMAT),
+            "tie_word_embeddings": True,
+            "eos_token_id": [1, 106],
+        }
+    )
+    assert spec.source_model_type == "gemma4" and spec.model_type == "gemma4_text"
+    assert spec.weight_prefix == "model.language_model."
+    assert spec.eos_token_ids == (1, 106)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model_type": "llama"}, "model type 'llama' is not supported"),
+        ({"hidden_size": None}, "required field 'hidden_size' is missing"),
+        ({"num_hidden_layers": "six"}, "'num_hidden_layers' must be int"),
+        ({"layer_types": ["sliding_attention"] * 5}, "'layer_types' has 5 entries"),
+        ({"layer_types": ["chunked_attention"] * 6}, "unknown layer types"),
+        ({"enable_moe_block": True}, "Mixture-of-Experts"),
+        ({"num_kv_shared_layers": 6}, "no KV producer"),
+        ({"num_key_value_heads": 3}, "does not divide"),
+        ({"rope_parameters": {"sliding_attention": {"rope_type": "yarn"}}}, "rope_type 'yarn'"),
+    ],
+)
+def test_bad_configs_name_the_problem(change, message):
+    config = copy.deepcopy(OLD_FORMAT)
+    for key, value in change.items():
+        if value is None:
+            config.pop(key)
+        else:
+            config[key] = value
+    with pytest.raises(SpecError, match=message):
+        spec_from_config(config)
+
+
+def test_missing_model_type_is_named():
+    config = dict(OLD_FORMAT)
+    config.pop("model_type")
+    with pytest.raises(SpecError, match="'model_type' is missing"):
+        spec_from_config(config)
+
+
+def test_presets_match_published_architectures():
+    assert {"gemma4-e2b", "gemma4-e4b", "gemma4-tiny"} <= set(list_presets())
+    e2b, e4b = load_preset("gemma4-e2b"), load_preset("gemma4-e4b")
+    assert (e2b.num_layers, e2b.hidden_size, len(e2b.kv_layers)) == (35, 1536, 15)
+    assert (e4b.num_layers, e4b.hidden_size, len(e4b.kv_layers)) == (42, 2560, 24)
+    assert [layer.attention for layer in e2b.layers[:5]] == ["sliding"] * 4 + ["full"]
+    assert {layer.intermediate_size for layer in e2b.layers[15:]} == {12288}
+    assert {layer.head_dim for layer in e4b.layers if layer.attention == "full"} == {512}
+    assert preset_config("gemma4-e2b")["vocab_size"] == 262144
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(SpecError, match="gemma4-tiny"):
+        load_preset("gemma5")
