@@ -98,9 +98,9 @@ class ExportOptions:
             raise OptionsError(
                 f"{caps.display_name} has no GroupQueryAttention; use --attention standard"
             )
-        if self.max_buffer_size is not None and self.max_buffer_size < 1024 * 1024:
+        if self.max_buffer_size is not None and self.max_buffer_size < 1024:
             raise OptionsError(
-                f"max buffer size must be at least 1 MiB, got {self.max_buffer_size} bytes"
+                f"max buffer size must be at least 1 KiB, got {self.max_buffer_size} bytes"
             )
         if self.max_length is not None and self.max_length < 2:
             raise OptionsError(f"max length must be at least 2, got {self.max_length}")

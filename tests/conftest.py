@@ -40,6 +40,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         ],
         use_double_wide_mlp=False,
     ),
+    "untied": dict(tie_word_embeddings=False, num_kv_shared_layers=0),
 }
 
 

@@ -7,18 +7,22 @@ writer streams them to disk one at a time, so only the tensors in flight are in 
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from engine.dtypes import ir_dtype, numpy_dtype
-from engine.plan import ExportPlan, Piece, PlannedTensor, WeightPlan
+from engine.plan import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
 from engine.progress import CancelToken
 from engine.spec import ModelSpec
 from engine.weights.sources import WeightSource
+
+_CHUNK_ELEMENTS = 16 * 1024 * 1024
+"""Source elements read (and converted or quantized) at a time: 64 MiB of float32."""
 
 
 @dataclass
@@ -80,37 +84,40 @@ class TensorFactory:
         target = numpy_dtype(tensor.dtype)
         if weight.weight.role == "rope_cache":
             return rope_cache(self.plan.spec, weight.name, self.plan.context_length).astype(target)
-        if not weight.quantized:
+        if weight.quantized:
+            return self._quantized_part(weight, piece, tensor)
+        if weight.storage == "float_t":
             data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
-            if weight.storage == "float_t":
-                data = data.T
-            return np.ascontiguousarray(data.astype(target, copy=False))
-        return self._quantized_part(weight, piece, tensor)
+            return np.ascontiguousarray(data.T.astype(target, copy=False))
+        out = np.empty(tensor.shape, dtype=target)
+        for rows, chunk in self._row_chunks(weight, piece):
+            out[rows] = chunk
+        return out
+
+    def _row_chunks(self, weight: WeightPlan, piece: Piece) -> Iterator[tuple[slice, np.ndarray]]:
+        """The piece's source data in bounded row chunks (rows are independent for every
+        storage: tables are gathered by row, quantization blocks run along a row)."""
+        shape = weight.weight.shape
+        row_elems = math.prod(shape[1:]) if piece.axis == 0 else piece.stop - piece.start
+        if piece.axis == 0 and len(shape) > 1:
+            first, last = piece.start, piece.stop
+            step = max(1, _CHUNK_ELEMENTS // max(row_elems, 1))
+            for begin in range(first, last, step):
+                end = min(last, begin + step)
+                self.cancel.raise_if_cancelled()
+                rows = slice(begin - first, end - first)
+                yield rows, self.source.read(weight.weight, 0, begin, end)
+        else:
+            yield slice(None), self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
 
     def _quantized_part(
         self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor
     ) -> np.ndarray:
-        from engine.quantize import quantize
-
         key = (weight.name, piece.index)
         pending = self._pending.setdefault(key, _Pending(threading.Lock()))
         with pending.lock:
             if pending.parts is None:
-                data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
-                assert weight.bits is not None and weight.block_size is not None
-                blocks = quantize(
-                    data,
-                    bits=weight.bits,
-                    block_size=weight.block_size,
-                    symmetric=weight.symmetric,
-                    scale_dtype=numpy_dtype(weight.dtype),
-                    method=self.plan.options.quant_method,
-                )
-                pending.parts = {
-                    "qweight": blocks.qweight,
-                    "scales": blocks.scales,
-                    "zero_points": blocks.zero_points,
-                }
+                pending.parts = self._quantize_piece(weight, piece)
                 pending.remaining = len(piece.tensors)
             array = pending.parts[tensor.part].reshape(tensor.shape)
             pending.remaining -= 1
@@ -118,3 +125,31 @@ class TensorFactory:
                 pending.parts = None
                 self._pending.pop(key, None)
             return array
+
+    def _quantize_piece(self, weight: WeightPlan, piece: Piece) -> dict[str, np.ndarray]:
+        """Quantize one piece chunk by chunk into preallocated 2-D part arrays."""
+        from engine.quantize import quantize
+
+        assert weight.bits is not None and weight.block_size is not None
+        rows = piece.stop - piece.start if piece.axis == 0 else weight.weight.shape[0]
+        cols = weight.weight.shape[1] if piece.axis == 0 else piece.stop - piece.start
+        shapes = quantized_shapes(rows, cols, weight.bits, weight.block_size, "gbq")
+        scale_dtype = numpy_dtype(weight.dtype)
+        parts = {
+            "qweight": np.empty(shapes["qweight"], np.uint8),
+            "scales": np.empty(shapes["scales"], scale_dtype),
+            "zero_points": np.empty(shapes["zero_points"], np.uint8),
+        }
+        for index, chunk in self._row_chunks(weight, piece):
+            blocks = quantize(
+                chunk,
+                bits=weight.bits,
+                block_size=weight.block_size,
+                symmetric=weight.symmetric,
+                scale_dtype=scale_dtype,
+                method=self.plan.options.quant_method,
+            )
+            parts["qweight"][index] = blocks.qweight
+            parts["scales"][index] = blocks.scales
+            parts["zero_points"][index] = blocks.zero_points
+        return parts
