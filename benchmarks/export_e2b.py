@@ -58,8 +58,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
 
-    options = ExportOptions(ep=args.ep, dtype=args.dtype, weight_bits=args.weight_bits,
-                            embedding_bits=args.embedding_bits, random_weights=True)
+    options = ExportOptions(
+        ep=args.ep,
+        dtype=args.dtype,
+        weight_bits=args.weight_bits,
+        embedding_bits=args.embedding_bits,
+        random_weights=True,
+    )
     spec = load_preset(args.preset)
     export_plan = plan(spec, options)
     largest = max(t.nbytes for t in export_plan.decoder.tensors())

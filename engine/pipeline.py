@@ -28,6 +28,7 @@ from engine.package import (
 )
 from engine.plan import ExportPlan, plan
 from engine.presets import load_preset
+from engine.rewrites import apply_rewrites
 from engine.progress import CancelToken, Progress, no_progress
 from engine.spec import ModelSpec, load_spec
 from engine.weights.factory import TensorFactory
@@ -110,9 +111,10 @@ def export(
     progress(0.03, "building the graph")
     factory = TensorFactory(export_plan, source, cancel)
     model = build_decoder(export_plan, factory)
+    rewrites = apply_rewrites(model, export_plan.caps)
     share_buffer = export_plan.uses_gqa
     capture = False
-    notes: list[str] = []
+    notes = [f"{family}: {count} rewrites" for family, count in rewrites.items() if count]
     cancel.raise_if_cancelled()
 
     total = max(export_plan.decoder.nbytes, 1)

@@ -28,6 +28,8 @@ class AttentionInputs:
     positions: ir.Value | None = None
     bias: dict[AttentionKind, ir.Value] = field(default_factory=dict)
     rope: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    empty_kv: dict[int, ir.Value] = field(default_factory=dict)
+    """Zero-length keys/values by width, shared by every KV-shared layer."""
 
 
 def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Value]:
@@ -53,7 +55,11 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
         mask = op.Cast(mask, to=ir.DataType.INT32)
     lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B]
     seqlens_k = op.Sub(lengths, ctx.const(np.array(1, dtype=np.int32), name="one_i32"))
-    total = op.ReduceMax(lengths, keepdims=0)  # scalar: the longest row
+    if ctx.caps.capture_needs_static_graph:
+        # Graph capture runs batch 1: the first row's length, by a constant-index Gather.
+        total = op.Gather(lengths, ctx.const(np.array(0, dtype=np.int64), name="index_0"))
+    else:
+        total = op.ReduceMax(lengths, keepdims=0)  # scalar: the longest row
     inputs = AttentionInputs(batch_ids=input_ids, seqlens_k=seqlens_k, total_length=total)
     for kind in _kinds(ctx):
         inputs.rope[kind] = rope_caches(ctx, kind)
@@ -73,11 +79,21 @@ def gqa(
     """GroupQueryAttention with rotary inside; queries [B, S, N*D], keys [B, S, kvN*D]."""
     kv_width = layer.num_kv_heads * layer.head_dim
     if key is None or value is None:
-        key = value = _empty_kv(ctx, inputs.batch_ids, kv_width)
+        if kv_width not in inputs.empty_kv:
+            inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.batch_ids, kv_width)
+        key = value = inputs.empty_kv[kv_width]
     cos, sin = inputs.rope[layer.attention]
     window = ctx.spec.sliding_window if layer.attention == "sliding" else -1
     out, present_key, present_value = ctx.ms.GroupQueryAttention(
-        query, key, value, past_key, past_value, inputs.seqlens_k, inputs.total_length, cos, sin,
+        query,
+        key,
+        value,
+        past_key,
+        past_value,
+        inputs.seqlens_k,
+        inputs.total_length,
+        cos,
+        sin,
         num_heads=ctx.spec.num_attention_heads,
         kv_num_heads=layer.num_kv_heads,
         scale=1.0,
@@ -113,14 +129,22 @@ def standard_inputs(
     total = op.Shape(attention_mask, start=1, end=2)  # [1]
     seq = op.Shape(input_ids, start=1, end=2)
     past = op.Sub(total, seq)
-    positions = op.Range(op.Squeeze(past), op.Squeeze(total), ctx.const(np.array(1, dtype=np.int64)))
-    key_positions = op.Range(
-        ctx.const(np.array(0, dtype=np.int64)), op.Squeeze(total), ctx.const(np.array(1, dtype=np.int64))
+    positions = op.Range(
+        op.Squeeze(past), op.Squeeze(total), ctx.const(np.array(1, dtype=np.int64))
     )
-    distance = op.Sub(op.Unsqueeze(positions, ctx.ints([1])), op.Unsqueeze(key_positions, ctx.ints([0])))
+    key_positions = op.Range(
+        ctx.const(np.array(0, dtype=np.int64)),
+        op.Squeeze(total),
+        ctx.const(np.array(1, dtype=np.int64)),
+    )
+    distance = op.Sub(
+        op.Unsqueeze(positions, ctx.ints([1])), op.Unsqueeze(key_positions, ctx.ints([0]))
+    )
     causal = op.GreaterOrEqual(distance, ctx.const(np.array(0, dtype=np.int64)))
-    keep = op.Unsqueeze(op.Equal(attention_mask, ctx.const(np.array(1, dtype=attention_mask_np(attention_mask)))),
-                        ctx.ints([1, 2, 3]))  # [B, 1, 1, 1, T]
+    keep = op.Unsqueeze(
+        op.Equal(attention_mask, ctx.const(np.array(1, dtype=attention_mask_np(attention_mask)))),
+        ctx.ints([1, 2, 3]),
+    )  # [B, 1, 1, 1, T]
     inputs = AttentionInputs(batch_ids=input_ids, positions=positions)
     for kind in _kinds(ctx):
         allowed = causal

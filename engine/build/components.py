@@ -75,7 +75,11 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     if "zero_points" in parts:
         inputs.append(parts["zero_points"])
     return ctx.ms.MatMulNBits(
-        *inputs, K=cols, N=rows, bits=wp.bits, block_size=wp.block_size,
+        *inputs,
+        K=cols,
+        N=rows,
+        bits=wp.bits,
+        block_size=wp.block_size,
         accuracy_level=ctx.options.accuracy_level or 0,
     )
 
@@ -94,8 +98,14 @@ def gather_rows(ctx: BuildContext, wp: WeightPlan, ids: ir.Value, index: int) ->
         return ctx.op.Gather(parts["weight"], ids, axis=0)
     assert wp.storage == "gbq"
     return ctx.ms.GatherBlockQuantized(
-        parts["qweight"], ids, parts["scales"], parts["zero_points"],
-        gather_axis=0, quantize_axis=1, block_size=wp.block_size, bits=wp.bits,
+        parts["qweight"],
+        ids,
+        parts["scales"],
+        parts["zero_points"],
+        gather_axis=0,
+        quantize_axis=1,
+        block_size=wp.block_size,
+        bits=wp.bits,
     )
 
 

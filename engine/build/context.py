@@ -25,7 +25,9 @@ class BuildContext:
     value once, so weights that share bytes (a tied LM head) share the value.
     """
 
-    def __init__(self, plan: ExportPlan, session: SessionPlan, factory: TensorFactory | None) -> None:
+    def __init__(
+        self, plan: ExportPlan, session: SessionPlan, factory: TensorFactory | None
+    ) -> None:
         self.plan = plan
         self.session = session
         self.spec = plan.spec
@@ -93,7 +95,9 @@ class BuildContext:
     def input(self, name: str, dtype: ir.DataType, shape: list[int | str]) -> ir.Value:
         return self.builder.input(name, dtype, shape)
 
-    def output(self, value: ir.Value, name: str, dtype: ir.DataType, shape: list[int | str]) -> None:
+    def output(
+        self, value: ir.Value, name: str, dtype: ir.DataType, shape: list[int | str]
+    ) -> None:
         value.name = name
         value.type = ir.TensorType(dtype)
         value.shape = ir.Shape(shape)
@@ -109,4 +113,6 @@ def _no_data(tensor: PlannedTensor) -> ir.LazyTensor:
     def fail() -> ir.TensorProtocol:
         raise RuntimeError(f"{tensor.name}: this graph was built without weights")
 
-    return ir.LazyTensor(fail, dtype=ir_dtype(tensor.dtype), shape=ir.Shape(tensor.shape), name=tensor.name)
+    return ir.LazyTensor(
+        fail, dtype=ir_dtype(tensor.dtype), shape=ir.Shape(tensor.shape), name=tensor.name
+    )

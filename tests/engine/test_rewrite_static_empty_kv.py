@@ -1,0 +1,141 @@
+"""The static-empty-KV rule family: textual ONNX -> apply -> count -> numerically equal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+
+from engine.models.gemma4 import build_decoder
+from engine.options import ExportOptions
+from engine.plan import plan
+from engine.presets import load_preset
+from engine.rewrites import apply_rewrites
+from engine.rewrites.static_empty_kv import rules
+from engine.weights.factory import TensorFactory
+from engine.weights.sources import RandomSource
+from tests._support.ort_loop import ort_greedy
+
+TEMPLATE = """
+<ir_version: 10, opset_import: ["" : 21]>
+g (float[1, S, 8] x, int64[1, S] ids) => (float[1, S, 8] y, {out_type} empty) {{
+    batch = Shape <start = 0, end = 1> (ids)
+    tail = Constant <value = int64[2] {{{tail}}}> ()
+    dims = Concat <axis = 0> (batch, tail)
+    zeros = ConstantOfShape (dims)
+    empty = {cast}
+    y = Identity (x)
+}}
+"""
+
+
+def model_text(cast: str, tail: str = "0, 8", out_type: str = "float[1, 0, 8]") -> str:
+    return TEMPLATE.format(cast=cast, tail=tail, out_type=out_type)
+
+
+def run(model: ir.Model) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(
+        ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    feeds = {"x": np.ones((1, 3, 8), np.float32), "ids": np.zeros((1, 3), np.int64)}
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, feeds), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("cast", "out_type", "dtype"),
+    [
+        ("Cast <to = 1> (zeros)", "float[1, 0, 8]", np.float32),
+        ("Cast <to = 10> (zeros)", "float16[1, 0, 8]", np.float16),
+        ("CastLike (zeros, x)", "float[1, 0, 8]", np.float32),
+    ],
+    ids=["cast-fp32", "cast-fp16", "castlike"],
+)
+def test_rule_replaces_the_dynamic_empty_tensor(cast: str, out_type: str, dtype):
+    model = ir.from_onnx_text(model_text(cast, out_type=out_type))
+    before = run(model)
+    assert rules.apply_to_model(model) == 1
+    ops = [node.op_type for node in model.graph]
+    assert "Shape" not in ops and "ConstantOfShape" not in ops
+    after = run(model)
+    assert after["empty"].shape == before["empty"].shape == (1, 0, 8)
+    assert after["empty"].dtype == dtype
+    np.testing.assert_array_equal(after["y"], before["y"])
+
+
+def test_bfloat16_goes_through_a_float32_constant_and_cast():
+    model = ir.from_onnx_text(model_text("Cast <to = 16> (zeros)", out_type="bfloat16[1, 0, 8]"))
+    assert rules.apply_to_model(model) == 1
+    nodes = {node.op_type: node for node in model.graph}
+    assert nodes["Cast"].attributes.get_int("to") == ir.DataType.BFLOAT16
+    constant = nodes["Constant"].attributes["value"].as_tensor()
+    assert constant.dtype == ir.DataType.FLOAT and list(constant.shape) == [1, 0, 8]
+    onnx.checker.check_model(ir.to_proto(model))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        model_text("Cast <to = 1> (zeros)", tail="2, 8", out_type="float[1, 2, 8]"),
+        model_text("Cast <to = 1> (zeros)").replace("<start = 0, end = 1>", "<start = 1, end = 2>"),
+    ],
+    ids=["not-empty", "not-the-batch-dim"],
+)
+def test_rule_leaves_other_tensors_alone(text: str):
+    model = ir.from_onnx_text(text)
+    assert rules.apply_to_model(model) == 0
+    assert any(node.op_type == "ConstantOfShape" for node in model.graph)
+
+
+@pytest.mark.parametrize("preset", ["gemma4-e2b", "gemma4-e4b"])
+def test_webgpu_decoder_has_no_dynamic_shape_ops(preset: str):
+    export_plan = plan(
+        load_preset(preset), ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4)
+    )
+    model = build_decoder(export_plan)
+    applied = apply_rewrites(model, export_plan.caps)
+    shared = export_plan.spec.num_kv_shared_layers
+    assert (
+        applied
+        == {
+            "static_empty_kv": len(
+                {x.num_kv_heads * x.head_dim for x in export_plan.spec.layers if not x.owns_kv}
+            )
+        }
+        and shared > 0
+    )
+    ops = [node.op_type for node in model.graph]
+    for op in ("Shape", "ConstantOfShape", "Slice", "Squeeze"):
+        assert ops.count(op) == 0, op
+
+
+def test_cpu_graph_is_not_rewritten():
+    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="cpu"))
+    model = build_decoder(export_plan)
+    assert apply_rewrites(model, export_plan.caps) == {}
+    assert any(node.op_type == "ConstantOfShape" for node in model.graph)
+
+
+def save(export_plan, model: ir.Model, folder: Path) -> Path:
+    folder.mkdir()
+    ir.save(model, folder / "model.onnx", external_data="model.onnx.data")
+    return folder
+
+
+def test_rewritten_graph_gives_identical_outputs_on_cpu(tmp_path: Path):
+    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="webgpu", dtype="fp32"))
+    plain = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
+    rewritten = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
+    assert apply_rewrites(rewritten, export_plan.caps)["static_empty_kv"] > 0
+    a = save(export_plan, plain, tmp_path / "plain")
+    b = save(export_plan, rewritten, tmp_path / "rewritten")
+    prompt = [3, 9, 27, 81, 243, 17, 51, 153, 459, 353]
+    tokens_a, logits_a = ort_greedy(a, prompt, 16)
+    tokens_b, logits_b = ort_greedy(b, prompt, 16)
+    assert tokens_a == tokens_b
+    for x, y in zip(logits_a, logits_b, strict=True):
+        np.testing.assert_array_equal(x, y)
