@@ -43,6 +43,7 @@ def quantize(
     symmetric: bool = False,
     scale_dtype: object = np.float32,
     method: str = "rtn",
+    name: str = "weight",
 ) -> QuantizedBlocks:
     """Block-quantize a 2-D float weight along its last axis.
 
@@ -56,30 +57,42 @@ def quantize(
             dtype of the op that reads them).
         method: ``"rtn"`` (round to nearest, identical to ONNX Runtime's
             ``MatMulNBitsQuantizer``) or ``"search"`` (per-block range search, lower error).
+        name: The weight's name, for error messages.
 
     Returns:
         The packed :class:`QuantizedBlocks`.
 
     Raises:
         OptionsError: For unsupported bits, block sizes, shapes, dtypes or methods.
+        WeightsError: For weights with infinities or NaNs, or too large for the scale dtype.
     """
     weight = np.asarray(weight)
     if weight.ndim != 2:
-        raise OptionsError(f"only 2-D weights can be quantized, got shape {weight.shape}")
+        raise OptionsError(f"{name}: only 2-D weights can be quantized, got shape {weight.shape}")
     if weight.dtype.kind != "f" and weight.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise OptionsError(f"only float weights can be quantized, got {weight.dtype}")
-    check_quantizable("weight", weight.shape, bits, block_size)
+        raise OptionsError(f"{name}: only float weights can be quantized, got {weight.dtype}")
+    check_quantizable(name, weight.shape, bits, block_size)
     dtype = scale_dtype_of(scale_dtype)
     if method == "rtn":
         from engine.quantize.rtn import quantize_rtn
 
         return quantize_rtn(
-            weight, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=dtype
+            weight,
+            bits=bits,
+            block_size=block_size,
+            symmetric=symmetric,
+            scale_dtype=dtype,
+            name=name,
         )
     if method == "search":
         from engine.quantize.search import quantize_search
 
         return quantize_search(
-            weight, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=dtype
+            weight,
+            bits=bits,
+            block_size=block_size,
+            symmetric=symmetric,
+            scale_dtype=dtype,
+            name=name,
         )
     raise OptionsError(f"unknown quantization method {method!r}; use one of {', '.join(METHODS)}")

@@ -1,16 +1,24 @@
-"""The row-chunked driver that every quantization method runs in, and its fast layout moves.
+"""The row-chunked driver every quantization method runs in, and its fast layout moves.
 
 numpy reduces and broadcasts slowly along a short last axis (a 32-value block costs more in
-call overhead than in arithmetic), and casts float16 to float32 one value at a time. So each
-chunk of rows is first transposed to *block-major* layout ``[block_size, blocks]``: every
-per-block quantity is then a contiguous row vector and every step a long, SIMD-friendly
-ufunc call. Codes come back as float32 in the same layout and are packed on the way out
-of it. Chunks are small enough to stay in the CPU cache.
+call overhead than in arithmetic) and casts float16 to float32 one value at a time. So each
+chunk of rows is moved to a *block-major* layout, where every per-block quantity is a long
+contiguous vector and every step one SIMD-friendly ufunc call over the chunk. The move
+transposes 8-byte groups (two float32 or four 16-bit values) rather than single values,
+which is several times cheaper, so a :class:`Chunk` keeps those ``g`` neighbours together:
+
+    chunk.x[r, g * i + h] = value g * r + h of block i        (shape [bs // g, g * m])
+
+Codes come back as float32 in the same layout and are packed on the way out of it, four
+codes per transposed item. Chunks are sized to stay in the CPU cache.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -19,28 +27,75 @@ from engine.errors import WeightsError
 from engine.quantize.blocks import QuantizedBlocks
 from engine.quantize.packing import pack, packed_width
 
-__all__ = ["Kernel", "blocks_t", "half_to_float32", "pack_codes_t", "quantize_rows"]
+__all__ = [
+    "Chunk",
+    "Kernel",
+    "as_float32",
+    "half_to_float32",
+    "pack_codes",
+    "quantize_rows",
+    "to_chunk",
+]
 
-Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
-"""A quantization method on one chunk: ``(x, lo, hi) -> (codes, scales, zero_points)``.
+# Elements per chunk (2 MiB as float32): small enough for its temporaries to stay in the
+# L2 / L3 caches, large enough that the per-chunk Python overhead (a few dozen numpy calls,
+# holding the GIL) stays small against the work. Measured best of 2**16 .. 2**21.
+CHUNK_ELEMENTS = 1 << 19
 
-``x`` is float32 ``[block_size, m]`` (block-major, one column per block) and ``lo`` / ``hi``
-its column minima and maxima. ``codes`` is float32 ``[block_size, m]`` holding integers in
-``[0, 2**bits - 1]`` (the kernel may overwrite ``x`` with them); ``scales`` ``[m]`` in the
-scale dtype; ``zero_points`` uint8 ``[m]``.
-"""
-
-# Elements per chunk: a float32 chunk and its few temporaries fit in a 2 MiB L2 cache, while
-# the per-chunk Python overhead (a few dozen numpy calls) stays small against the work.
-CHUNK_ELEMENTS = 1 << 16
+MAX_THREADS: int | None = None
+"""Threads that quantize chunks at once; None: one per CPU this process may run on, at most
+8 (the Python glue between numpy calls holds the GIL, so more threads gain little)."""
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_F32 = np.dtype(np.float32)
 # float16 bits shifted into a float32's place read as the value times 2**-112.
 _HALF_RESCALE = np.float32(2.0**112)
 _HALF_KEEP = np.int32(0x8FFFE000 - (1 << 32))  # sign bit and the 15 value bits, after << 13
-_FINITE_LIMIT = {_F16: 65504.0, _BF16: float(np.finfo(np.float32).max)}
+_FINITE_LIMIT = {_F16: 65504.0}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The float32 blocks of a chunk of rows, in grouped block-major layout.
+
+    Attributes:
+        x: float32 ``[bs // group, group * m]``; ``x[r, group * i + h]`` is value
+            ``group * r + h`` of block ``i`` (blocks in row-major order of the weight).
+        group: Neighbouring values of a block kept together in a row of ``x`` (1, 2 or 4).
+    """
+
+    x: np.ndarray
+    group: int
+
+    @property
+    def blocks(self) -> int:
+        """Number of blocks ``m``."""
+        return self.x.shape[1] // self.group
+
+    def spread(self, per_block: np.ndarray) -> np.ndarray:
+        """Repeat a per-block vector ``[m]`` onto the columns of ``x`` ``[group * m]``."""
+        return np.repeat(per_block, self.group) if self.group > 1 else per_block
+
+    def fold(self, per_column: np.ndarray, op: np.ufunc) -> np.ndarray:
+        """Combine a per-column vector ``[group * m]`` into a per-block one with ``op``."""
+        v = per_column
+        while v.shape[0] > self.blocks:
+            v = op(v[0::2], v[1::2])
+        return v
+
+    def first(self) -> np.ndarray:
+        """The first value of each block ``[m]``."""
+        return self.x[0, :: self.group]
+
+
+Kernel = Callable[[Chunk, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""A quantization method on one chunk: ``(chunk, lo, hi) -> (codes, scales, zero_points)``.
+
+``lo`` / ``hi`` are the block minima and maxima ``[m]``. ``codes`` is float32 shaped like
+``chunk.x`` whose integer parts are the codes, in ``[0, 2**bits)`` (the kernel may
+overwrite ``chunk.x`` with them); ``scales`` ``[m]`` in the scale dtype; ``zero_points``
+uint8 ``[m]``.
+"""
 
 
 def half_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -64,39 +119,82 @@ def half_to_float32(bits: np.ndarray) -> np.ndarray:
     return f
 
 
-def blocks_t(x: np.ndarray, block_size: int) -> np.ndarray:
-    """Rows ``[r, cols]`` of a weight -> float32 blocks ``[block_size, r * cols // block_size]``.
+def as_float32(a: np.ndarray) -> np.ndarray:
+    """``a`` as float32, converting float16 with :func:`half_to_float32` (exact, faster)."""
+    if a.dtype == _F16:
+        return half_to_float32(np.ascontiguousarray(a).view(np.uint16))
+    return a.astype(np.float32)
 
-    Column ``i`` holds block ``i`` in row-major block order (block ``j`` of row ``k`` is
-    column ``k * (cols // block_size) + j``).
+
+def to_chunk(rows: np.ndarray, block_size: int) -> Chunk:
+    """Move C-contiguous rows ``[r, cols]`` of a weight into a float32 :class:`Chunk`."""
+    if rows.dtype not in (_F16, _BF16, np.dtype(np.float32)):
+        rows = rows.astype(np.float32)
+    group = 8 // rows.itemsize
+    m = rows.size // block_size
+    items = rows.view(np.uint64).reshape(m, block_size // group)
+    moved = np.empty((block_size // group, m), dtype=np.uint64)
+    np.copyto(moved, items.T)
+    shape = (block_size // group, group * m)
+    if rows.dtype == _F16:
+        return Chunk(half_to_float32(moved.view(np.uint16)).reshape(shape), group)
+    if rows.dtype == _BF16:
+        wide = moved.view(np.uint16).astype(np.uint32)
+        wide <<= 16  # a bfloat16 is the high half of a float32
+        return Chunk(wide.view(np.float32).reshape(shape), group)
+    return Chunk(moved.view(np.float32).reshape(shape), group)
+
+
+def _squeeze_nibbles(items: np.ndarray) -> np.ndarray:
+    """Little-endian uint16 / uint32 items holding one 4-bit code per byte -> uint8 / uint16
+    items holding two per byte (the cast keeps the low half)."""
+    v = items >> 4
+    v |= items  # byte 0 = code 0 | code 1 << 4, byte 2 = code 2 | code 3 << 4
+    if items.dtype.itemsize == 2:
+        return v.astype(np.uint8)
+    v &= 0x00FF00FF
+    v |= v >> 8
+    return v.astype("<u2")
+
+
+def pack_codes(
+    codes: np.ndarray, group: int, bits: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Pack a chunk's codes (laid out like :attr:`Chunk.x`) to row-major bytes.
+
+    ``codes`` are float32 whose integer parts are the codes (values in ``[0, 2**bits)``);
+    the cast to uint8 truncates them. Each row's ``group`` neighbouring codes of a block
+    are then adjacent bytes: they are read as one integer (4-bit codes squeezed to two per
+    byte), rows are merged until each integer holds four codes, and only then is the result
+    transposed back, as few, wide items.
+
+    Args:
+        codes: float32 codes laid out like :attr:`Chunk.x`.
+        group: The chunk's group.
+        bits: 4 or 8.
+        out: Optional C-contiguous uint8 array of ``m * bs * bits // 8`` bytes to write to.
+
+    Returns:
+        uint8 ``[m, bs * bits // 8]`` (a view of ``out`` when given).
     """
-    m = x.size // block_size
-    if x.dtype in (_F16, _BF16):
-        raw = np.empty((block_size, m), dtype=np.uint16)
-        np.copyto(raw, x.view(np.uint16).reshape(m, block_size).T)
-        if x.dtype == _F16:
-            return half_to_float32(raw)
-        wide = raw.astype(np.uint32)
-        wide <<= 16  # bfloat16 is the high half of a float32
-        return wide.view(np.float32)
-    out = np.empty((block_size, m), dtype=np.float32)
-    np.copyto(out, x.reshape(m, block_size).T, casting="same_kind")
-    return out
-
-
-def pack_codes_t(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Pack block-major float codes ``[bs, m]`` to row-major bytes ``[m, bs * bits // 8]``.
-
-    Pairs of codes are combined while still in float (exact: at most 65535), so only half as
-    many values are cast and transposed back.
-    """
-    bs, m = codes.shape
-    even, odd = codes[0::2], codes[1::2]
-    pair = odd * np.float32(1 << bits)
-    pair += even
-    out = np.empty((m, bs // 2), dtype=np.uint8 if bits == 4 else np.dtype("<u2"))
-    np.copyto(out, pair.T, casting="unsafe")
-    return out.view(np.uint8)
+    m = codes.shape[1] // group
+    items = codes.astype(np.uint8)
+    if group > 1:
+        items = items.view(f"<u{group}")
+        if bits == 4:
+            items = _squeeze_nibbles(items)
+    width = bits * group  # bits of codes per item
+    while width < 4 * bits:  # merge rows 2k and 2k + 1 (value order) into one wider item
+        merged = items[1::2].astype(f"<u{max(1, width // 4)}")
+        merged <<= width
+        merged |= items[0::2]
+        items, width = merged, width * 2
+    dtype = items.dtype.newbyteorder("<")
+    if out is None:
+        out = np.empty(m * items.shape[0] * dtype.itemsize, dtype=np.uint8)
+    target = out.view(dtype).reshape(m, items.shape[0])
+    np.copyto(target, items.T)
+    return target.view(np.uint8)
 
 
 def _check_finite(name: str, lo: np.ndarray, hi: np.ndarray, limit: float) -> None:
@@ -105,6 +203,14 @@ def _check_finite(name: str, lo: np.ndarray, hi: np.ndarray, limit: float) -> No
         raise WeightsError(
             f"{name} contains infinities or NaNs; it cannot be quantized. "
             "Check the checkpoint, or keep this weight in float"
+        )
+
+
+def _check_scales(name: str, scales: np.ndarray) -> None:
+    if not np.all(np.isfinite(scales)):
+        raise WeightsError(
+            f"{name} has values too large for {scales.dtype} scales; "
+            "use float32 scales, or keep this weight in float"
         )
 
 
@@ -130,7 +236,7 @@ def quantize_rows(
         The packed :class:`QuantizedBlocks`.
 
     Raises:
-        WeightsError: The weight holds infinities or NaNs.
+        WeightsError: The weight holds infinities or NaNs, or a scale overflows its dtype.
     """
     rows, cols = weight.shape
     blocks = cols // block_size
@@ -138,15 +244,37 @@ def quantize_rows(
     qweight = np.empty((rows, cols * bits // 8), dtype=np.uint8)
     scales = np.empty((rows, blocks), dtype=scale_dtype)
     zero_points = np.empty((rows, packed_width(blocks, bits)), dtype=np.uint8)
-    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
-        x = blocks_t(np.ascontiguousarray(weight[start:stop]), block_size)
-        lo = np.minimum.reduce(x, axis=0)
-        hi = np.maximum.reduce(x, axis=0)
+
+    def run(start: int, stop: int) -> None:
+        chunk = to_chunk(np.ascontiguousarray(weight[start:stop]), block_size)
+        lo = chunk.fold(np.minimum.reduce(chunk.x, axis=0), np.minimum)
+        hi = chunk.fold(np.maximum.reduce(chunk.x, axis=0), np.maximum)
         _check_finite(name, lo, hi, limit)
-        codes, s, z = kernel(x, lo, hi)
-        qweight[start:stop] = pack_codes_t(codes, bits).reshape(stop - start, -1)
+        codes, s, z = kernel(chunk, lo, hi)
+        _check_scales(name, s)
+        pack_codes(codes, chunk.group, bits, out=qweight[start:stop])
         scales[start:stop] = s.reshape(stop - start, blocks)
         zero_points[start:stop] = pack(z.reshape(stop - start, blocks), bits, pad=8)
+
+    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    bounds = [(start, min(rows, start + step)) for start in range(0, rows, step)]
+    workers = min(len(bounds), threads())
+    if workers <= 1:
+        for start, stop in bounds:
+            run(start, stop)
+    else:
+        # numpy releases the GIL inside its loops, so chunks overlap well in threads; each
+        # chunk writes only its own rows of the outputs.
+        with ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(run, start, stop) for start, stop in bounds]:
+                future.result()
     return QuantizedBlocks(qweight, scales, zero_points)
+
+
+def threads() -> int:
+    """Worker threads :func:`quantize_rows` uses (see :data:`MAX_THREADS`)."""
+    if MAX_THREADS is not None:
+        return max(1, MAX_THREADS)
+    if hasattr(os, "sched_getaffinity"):
+        return min(8, len(os.sched_getaffinity(0)))
+    return min(8, os.cpu_count() or 1)

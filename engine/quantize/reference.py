@@ -192,7 +192,5 @@ def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarra
     """Run a one-output model on the CPU execution provider and return its output."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return np.asarray(session.run(None, feeds)[0])

@@ -24,9 +24,17 @@ from __future__ import annotations
 import numpy as np
 
 from engine.quantize.blocks import QuantizedBlocks
-from engine.quantize.layout import quantize_rows
+from engine.quantize.layout import Chunk, as_float32, quantize_rows
 
-__all__ = ["encode", "quantize_rtn", "reciprocal", "round_half_away", "rtn_params"]
+__all__ = [
+    "encode",
+    "encode_chunk",
+    "quantize_rtn",
+    "reciprocal",
+    "round_half_away",
+    "rtn_params",
+    "store_scales",
+]
 
 # The largest float32 below 0.5: adding it and flooring rounds halves away from zero.
 _HALF_DOWN = np.float32(np.nextafter(np.float32(0.5), np.float32(0)))
@@ -69,51 +77,86 @@ def rtn_params(
             # sign of its first element; numpy's min/max may return either zero.
             m = np.where(m == 0, first, m)
         scale_f = -m / np.float32(mid)
-        return scale_f.astype(scale_dtype), np.full(lo.shape, mid, dtype=np.uint8)
+        return store_scales(scale_f, scale_dtype), np.full(lo.shape, mid, dtype=np.uint8)
     lo = np.minimum(lo, np.float32(0))
     hi = np.maximum(hi, np.float32(0))
-    # "+ 0" turns the -0 that (-0) - (+0) gives on an all-zero block into MLAS' +0.
+    # MLAS gives an all-zero block the scale +0. numpy does not say which of two equal
+    # zeros min / max return, and (-0) - (+0) is -0; "+ 0" turns that into +0.
     scale_f = (hi - lo) / kmax + np.float32(0)
     safe = np.where(scale_f != 0, scale_f, np.float32(1))
     zp_fp = np.where(scale_f != 0, -(lo / safe), np.float32(0))
     zp = round_half_away(np.clip(zp_fp, np.float32(0), kmax)).astype(np.uint8)
-    return scale_f.astype(scale_dtype), zp
+    return store_scales(scale_f, scale_dtype), zp
+
+
+def store_scales(scales: np.ndarray, scale_dtype: np.dtype) -> np.ndarray:
+    """float32 scales rounded to the scale dtype; too large ones become inf (and are
+    refused by the driver)."""
+    with np.errstate(over="ignore"):
+        return scales.astype(scale_dtype)
 
 
 def reciprocal(scales: np.ndarray) -> np.ndarray:
-    """float32 ``1 / scale`` of stored scales, 0 where the scale is 0 (as MLAS)."""
-    s = scales.astype(np.float32)
+    """float32 ``1 / scale`` of stored scales, 0 where the scale is 0 (as MLAS).
+
+    Also 0 where ``1 / scale`` overflows (scales below about 3e-39, where MLAS' arithmetic
+    turns into NaNs): such a block's values are all below 1e-37 and quantize to exactly 0.
+    """
+    s = as_float32(scales)
     out = np.zeros_like(s)
-    np.divide(np.float32(1), s, out=out, where=s != 0)
+    with np.errstate(over="ignore"):
+        np.divide(np.float32(1), s, out=out, where=s != 0)
+    out[np.isinf(out)] = 0
     return out
 
 
 def encode(
     x: np.ndarray,
+    inv_scales: np.ndarray,
+    zero_points: np.ndarray,
+    bits: int,
+    out: np.ndarray | None = None,
+    floor: bool = True,
+) -> np.ndarray:
+    """Codes of values ``x`` ``[rows, n]`` for per-column reciprocal scales and zero points.
+
+    Args:
+        x: float32 values; column ``j`` is encoded with ``inv_scales[j]``, ``zero_points[j]``.
+        inv_scales: float32 ``[n]``: :func:`reciprocal` of the scales as stored.
+        zero_points: float32 ``[n]`` holding integers.
+        bits: 4 or 8.
+        out: float32 array shaped like ``x`` for the codes (may be ``x``).
+        floor: False skips the last pass and returns values in ``[q, q + 1)`` for the codes
+            ``q``, for a consumer that truncates anyway (the packer's cast to uint8).
+
+    Returns:
+        float32 codes ``clamp(roundf(x * inv_scale + zero_point), 0, 2**bits - 1)``, with
+        MLAS' float32 arithmetic (multiply by the reciprocal, then add the zero point).
+    """
+    t = np.multiply(x, inv_scales, out=out)
+    t += zero_points
+    t += _HALF_DOWN
+    # Clamp to [0, kmax + 0.5) first, so that floor, then clamp is just floor.
+    np.clip(t, np.float32(0), np.float32(2**bits - 0.5), out=t)
+    return np.floor(t, out=t) if floor else t
+
+
+def encode_chunk(
+    chunk: Chunk,
     scales: np.ndarray,
     zero_points: np.ndarray,
     bits: int,
     out: np.ndarray | None = None,
+    floor: bool = True,
 ) -> np.ndarray:
-    """Codes of block-major ``x`` ``[bs, m]`` for block scales and zero points ``[m]``.
-
-    Args:
-        x: float32 blocks, one per column.
-        scales: Block scales (any float dtype; used as stored).
-        zero_points: Block zero points (uint8, or float32 holding integers).
-        bits: 4 or 8.
-        out: float32 ``[bs, m]`` to write the codes to (may be ``x``).
+    """Codes of a chunk's blocks for block scales (as stored) and zero points ``[m]``.
 
     Returns:
-        float32 codes ``clamp(roundf(x * (1 / scale) + zero_point), 0, 2**bits - 1)``, with
-        MLAS' float32 arithmetic (multiply by the reciprocal, then add the zero point).
+        float32 codes laid out like ``chunk.x`` (see :func:`encode`).
     """
-    t = np.multiply(x, reciprocal(scales), out=out)
-    t += zero_points.astype(np.float32)
-    t += _HALF_DOWN
-    # Clamp to [0, kmax + 0.5) first, so that floor, then clamp is just floor.
-    np.clip(t, np.float32(0), np.float32(2**bits - 0.5), out=t)
-    return np.floor(t, out=t)
+    inv = chunk.spread(reciprocal(scales))
+    zp = chunk.spread(zero_points.astype(np.float32))
+    return encode(chunk.x, inv, zp, bits, out=out, floor=floor)
 
 
 def quantize_rtn(
@@ -141,9 +184,10 @@ def quantize_rtn(
     """
 
     def kernel(
-        x: np.ndarray, lo: np.ndarray, hi: np.ndarray
+        chunk: Chunk, lo: np.ndarray, hi: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        scales, zp = rtn_params(lo, hi, bits, symmetric, scale_dtype, x[0])
-        return encode(x, scales, zp, bits, out=x), scales, zp
+        scales, zp = rtn_params(lo, hi, bits, symmetric, scale_dtype, chunk.first())
+        codes = encode_chunk(chunk, scales, zp, bits, out=chunk.x, floor=False)
+        return codes, scales, zp
 
     return quantize_rows(weight, bits, block_size, scale_dtype, kernel, name)
