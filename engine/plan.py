@@ -18,6 +18,7 @@ from engine.errors import OptionsError
 from engine.logical import LogicalWeight
 from engine.models.gemma4_weights import logical_weights, rope_weights
 from engine.options import ExportOptions
+from engine.quantize import check_quantizable
 from engine.spec import ModelSpec
 
 Storage = Literal["float", "float_t", "matmulnbits", "gbq"]
@@ -287,19 +288,6 @@ def _piece_tensors(
     return tuple(tensors)
 
 
-def _check_quantizable(name: str, cols: int, bits: int, block_size: int) -> None:
-    if cols % block_size:
-        fitting = [b for b in (16, 32, 64, 128, 256) if cols % b == 0]
-        hint = f"; block sizes that fit: {', '.join(map(str, fitting))}" if fitting else ""
-        raise OptionsError(
-            f"block size {block_size} does not divide the {cols} columns of {name}{hint}"
-        )
-    if bits == 4 and cols % 2:
-        raise OptionsError(
-            f"{name} has an odd number of columns ({cols}); 4-bit packing needs an even number"
-        )
-
-
 def _pieces_along(
     base: str,
     storage: Storage,
@@ -357,7 +345,7 @@ def _plan_weight(
     else:
         storage = "float"
     if bits is not None and block is not None:
-        _check_quantizable(w.name, w.shape[1], bits, block)
+        check_quantizable(w.name, w.shape, bits, block)
 
     def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
         return _pieces_along(

@@ -95,7 +95,7 @@ def test_quantization_errors_before_any_work():
         plan(spec, ExportOptions(weight_bits=4, block_size=48))
     with pytest.raises(OptionsError, match="must be 4 or 8"):
         plan(spec, ExportOptions(embedding_bits=2))
-    with pytest.raises(OptionsError, match="does not divide the 64 columns") as info:
+    with pytest.raises(OptionsError, match="does not divide its 64 columns") as info:
         plan(spec, ExportOptions(weight_bits=4, block_size=128))
     assert "block sizes that fit: 16, 32, 64" in str(info.value)
 
