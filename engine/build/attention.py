@@ -42,12 +42,13 @@ def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Va
 
 
 def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value) -> AttentionInputs:
-    """seqlens_k and total_sequence_length from the mask alone.
+    """seqlens_k, total_sequence_length and (where needed) the sliding-window bias.
 
-    The mask is reduced, never measured with Shape: under graph capture the runtime
-    passes a static [1, max_length] mask of ones then zeros, and Shape would also leave
-    the device. With int32 masks (EPs whose int64 arithmetic falls back to the CPU)
-    the whole computation stays in int32.
+    Everything comes from the mask's values, never from Shape: under graph capture the
+    runtime passes a static [1, max_length] mask of ones then zeros, and Shape would
+    leave the device. total_sequence_length is the mask's width (the attended key
+    length, static under capture); seqlens_k the valid length minus one. With int32
+    masks (EPs whose int64 arithmetic falls back to the CPU) it all stays in int32.
     """
     op = ctx.op
     mask = attention_mask
@@ -55,15 +56,62 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
         mask = op.Cast(mask, to=ir.DataType.INT32)
     lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B]
     seqlens_k = op.Sub(lengths, ctx.const(np.array(1, dtype=np.int32), name="one_i32"))
-    if ctx.caps.capture_needs_static_graph:
-        # Graph capture runs batch 1: the first row's length, by a constant-index Gather.
-        total = op.Gather(lengths, ctx.const(np.array(0, dtype=np.int64), name="index_0"))
-    else:
-        total = op.ReduceMax(lengths, keepdims=0)  # scalar: the longest row
+    ones = _ones_like(ctx, mask)
+    widths = op.ReduceSum(ones, ctx.ints([1]), keepdims=0)  # [B], every row the mask width
+    total = op.Gather(widths, ctx.const(np.array(0, dtype=np.int64), name="index_0"))
     inputs = AttentionInputs(batch_ids=input_ids, seqlens_k=seqlens_k, total_length=total)
     for kind in _kinds(ctx):
         inputs.rope[kind] = rope_caches(ctx, kind)
+    if "sliding" in inputs.rope and not ctx.caps.gqa_local_window:
+        inputs.bias["sliding"] = _window_bias(ctx, input_ids, lengths, ones)
     return inputs
+
+
+def _ones_like(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """Ones of x's shape and int dtype, by arithmetic (no Shape, stays on the device)."""
+    zero = ctx.const(np.array(0, dtype=np.int32), name="zero_i32")
+    one = ctx.const(np.array(1, dtype=np.int32), name="one_i32")
+    return ctx.op.Add(ctx.op.Mul(x, zero), one)
+
+
+def _window_bias(
+    ctx: BuildContext, input_ids: ir.Value, lengths: ir.Value, key_ones: ir.Value
+) -> ir.Value:
+    """Additive [B, 1, S, T] bias keeping keys j with 0 <= p - j < sliding_window for a
+    query at position p, for EPs whose GroupQueryAttention ignores ``local_window_size``
+    (WebGPU under graph capture) or mishandles it (KV-shared layers).
+
+    Positions are float32 running sums (exact below 2**24) so every op has a float
+    kernel on the device.
+    """
+    op, f32 = ctx.op, ir.DataType.FLOAT
+    ids = (
+        input_ids
+        if input_ids.dtype == ir.DataType.INT32
+        else op.Cast(input_ids, to=ir.DataType.INT32)
+    )
+    query_ones = op.Cast(_ones_like(ctx, ids), to=f32)  # [B, S]
+    one = ctx.const(np.array(1.0, dtype=np.float32), name="one_f32")
+    query_index = op.Sub(
+        op.CumSum(query_ones, ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")), one
+    )
+    new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)  # [B, 1]
+    valid = op.Unsqueeze(op.Cast(lengths, to=f32), ctx.ints([1]))  # [B, 1]
+    query_pos = op.Add(op.Sub(valid, new_tokens), query_index)  # [B, S]
+    key_pos = op.Sub(
+        op.CumSum(
+            op.Cast(key_ones, to=f32), ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")
+        ),
+        one,
+    )
+    distance = op.Sub(op.Unsqueeze(query_pos, ctx.ints([2])), op.Unsqueeze(key_pos, ctx.ints([1])))
+    zero = ctx.const(np.array(0.0, dtype=np.float32), name="zero_f32")
+    window = ctx.const(
+        np.array(float(ctx.spec.sliding_window), dtype=np.float32), name="window_f32"
+    )
+    allowed = op.And(op.GreaterOrEqual(distance, zero), op.Less(distance, window))  # [B, S, T]
+    bias = op.Where(allowed, ctx.scalar(0.0), ctx.scalar(float(np.finfo(ctx.np_dtype).min)))
+    return op.Unsqueeze(bias, ctx.ints([1]))
 
 
 def gqa(
@@ -76,14 +124,19 @@ def gqa(
     past_key: ir.Value,
     past_value: ir.Value,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GroupQueryAttention with rotary inside; queries [B, S, N*D], keys [B, S, kvN*D]."""
+    """GroupQueryAttention with rotary inside; queries [B, S, N*D], keys [B, S, kvN*D].
+
+    Sliding layers use ``local_window_size`` where the EP honours it, else the
+    precomputed window bias (then the attribute is left unset).
+    """
     kv_width = layer.num_kv_heads * layer.head_dim
     if key is None or value is None:
         if kv_width not in inputs.empty_kv:
             inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.batch_ids, kv_width)
         key = value = inputs.empty_kv[kv_width]
     cos, sin = inputs.rope[layer.attention]
-    window = ctx.spec.sliding_window if layer.attention == "sliding" else -1
+    bias = inputs.bias.get(layer.attention)
+    window = ctx.spec.sliding_window if layer.attention == "sliding" and bias is None else -1
     out, present_key, present_value = ctx.ms.GroupQueryAttention(
         query,
         key,
@@ -94,6 +147,8 @@ def gqa(
         inputs.total_length,
         cos,
         sin,
+        None,  # position_ids: derived from seqlens_k
+        bias,
         num_heads=ctx.spec.num_attention_heads,
         kv_num_heads=layer.num_kv_heads,
         scale=1.0,

@@ -42,3 +42,21 @@ def test_sliding_window_is_exercised(tiny_models):
     for name in TINY_CONFIGS:
         _, model = tiny_models.get(name)
         assert len(PROMPT) + DECODE_STEPS > model.config.sliding_window
+
+
+@pytest.mark.parametrize("config", ["all_features", "k_eq_v"])
+def test_webgpu_lowering_matches_transformers_on_the_cpu_ep(
+    tiny_models, tmp_path: Path, config: str
+):
+    """The WebGPU package (int32 I/O, static empty KV, sliding-window bias instead of
+    local_window_size) computes the same model; run here on the CPU EP."""
+    model_dir, model = tiny_models.get(config)
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=model_dir, options=ExportOptions(ep="webgpu", dtype="fp32"))
+    assert result.plan.uses_gqa and any("static_empty_kv" in n for n in result.notes)
+
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)
+    diffs = [float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)]
+    assert max(diffs) <= 1e-4, f"max abs logit diff per step: {diffs}"
+    assert tokens == ref_tokens
