@@ -65,6 +65,8 @@ class EpCapabilities:
     mask arithmetic must be done in int32 to stay on the device."""
     gqa_local_window: bool = True
     """GroupQueryAttention's ``local_window_size`` gives correct results here."""
+    host_ops: frozenset[str] = frozenset()
+    """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -123,6 +125,8 @@ _REGISTRY: dict[str, EpCapabilities] = {
             capture_needs_static_graph=True,
             int64_on_device=False,
             gqa_local_window=False,
+            # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
+            host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
         ),
         EpCapabilities(
             name="dml",

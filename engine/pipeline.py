@@ -14,6 +14,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError
 from engine.genai_config import make_genai_config
 from engine.models.gemma4 import build_decoder
@@ -28,8 +29,8 @@ from engine.package import (
 )
 from engine.plan import ExportPlan, plan
 from engine.presets import load_preset
-from engine.rewrites import apply_rewrites
 from engine.progress import CancelToken, Progress, no_progress
+from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec, load_spec
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
@@ -112,9 +113,14 @@ def export(
     factory = TensorFactory(export_plan, source, cancel)
     model = build_decoder(export_plan, factory)
     rewrites = apply_rewrites(model, export_plan.caps)
+    audit = audit_model(model, export_plan.caps)
+    capture, capture_reasons = decide_capture(
+        audit, export_plan.uses_gqa, export_plan.options.graph_capture
+    )
     share_buffer = export_plan.uses_gqa
-    capture = False
     notes = [f"{family}: {count} rewrites" for family, count in rewrites.items() if count]
+    if export_plan.caps.graph_capture and not capture:
+        notes += [f"graph capture off: {reason}" for reason in capture_reasons[:5]]
     cancel.raise_if_cancelled()
 
     total = max(export_plan.decoder.nbytes, 1)
@@ -142,7 +148,7 @@ def export(
             make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
         )
         tokenizer = copy_tokenizer(Path(model_dir) if model_dir is not None else None, staging)
-        write_json(staging / MANIFEST, _manifest(export_plan, capture, share_buffer))
+        write_json(staging / MANIFEST, _manifest(export_plan, audit, capture, share_buffer))
         files = folder_files(staging)
     progress(1.0, "done")
     return ExportResult(
@@ -157,7 +163,9 @@ def export(
     )
 
 
-def _manifest(export_plan: ExportPlan, capture: bool, share_buffer: bool) -> dict[str, Any]:
+def _manifest(
+    export_plan: ExportPlan, audit: SessionAudit, capture: bool, share_buffer: bool
+) -> dict[str, Any]:
     from dataclasses import asdict
 
     from engine import __version__
@@ -168,6 +176,7 @@ def _manifest(export_plan: ExportPlan, capture: bool, share_buffer: bool) -> dic
         "model": export_plan.spec.summary(),
         "options": asdict(export_plan.options),
         "graph_capture": {"decoder": capture},
+        "audit": {"decoder": audit.to_json()},
         "past_present_share_buffer": share_buffer,
         "plan": {
             "total_bytes": export_plan.nbytes,

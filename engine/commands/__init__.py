@@ -5,4 +5,5 @@ COMMAND_MODULES = (
     "engine.commands.build",
     "engine.commands.info",
     "engine.commands.plan",
+    "engine.commands.audit",
 )

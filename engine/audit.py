@@ -1,0 +1,283 @@
+"""Graph-capture readiness: which nodes would break capture on an EP, and why.
+
+Static rules come from the EP's capability flags (no EP names): data-dependent shapes
+(Shape, ConstantOfShape, shape-like int64 inputs computed at run time), control flow,
+ops the EP has no kernel for, int64 arithmetic on EPs that run it on the CPU. Where the
+EP is present in this onnxruntime, :func:`device_placement` also reports which provider
+each node was actually assigned to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from engine.caps import EpCapabilities
+
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+DATA_DEPENDENT_SHAPES = frozenset({"Shape", "ConstantOfShape", "Size", "NonZero"})
+# Inputs (by position) that are shapes, indices or sizes rather than data.
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "Range": (0, 1, 2),
+    "Pad": (1,),
+    "Resize": (1, 2, 3),
+    "TopK": (1,),
+    "Split": (1,),
+}
+INT64 = ir.DataType.INT64
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One node that breaks graph capture, with the reason."""
+
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which provider ran the session's nodes (measured with the EP present)."""
+
+    provider_nodes: dict[str, int]
+    host_nodes: tuple[str, ...]
+    """``OpType (name)`` of nodes placed on the CPU provider."""
+
+
+@dataclass(frozen=True)
+class SessionAudit:
+    """A session's readiness for graph capture on one EP."""
+
+    session: str
+    ep: str
+    capture_supported: bool
+    findings: tuple[Finding, ...]
+    op_counts: dict[str, int] = field(default_factory=dict)
+    placement: Placement | None = None
+    placement_note: str = ""
+
+    @property
+    def capture_ready(self) -> bool:
+        host = self.placement is not None and bool(self.placement.host_nodes)
+        return self.capture_supported and not self.findings and not host
+
+    def reasons(self) -> list[str]:
+        out = [f"{f.op_type} '{f.node}': {f.reason}" for f in self.findings]
+        if not self.capture_supported:
+            out.insert(0, f"{self.ep} does not support graph capture")
+        if self.placement is not None:
+            out += [f"{n} was placed on the CPU" for n in self.placement.host_nodes]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "ep": self.ep,
+            "capture_supported": self.capture_supported,
+            "capture_ready": self.capture_ready,
+            "findings": [f.__dict__ for f in self.findings],
+            "op_counts": self.op_counts,
+            "placement": None if self.placement is None else self.placement.__dict__,
+            "placement_note": self.placement_note,
+        }
+
+
+def _is_static(value: ir.Value | None) -> bool:
+    return value is None or value.const_value is not None or value.is_initializer()
+
+
+def _node_findings(node: ir.Node, caps: EpCapabilities) -> list[str]:
+    reasons = []
+    op = node.op_type
+    ep = caps.display_name
+    if op in CONTROL_FLOW:
+        reasons.append("control flow cannot be captured")
+    if caps.capture_needs_static_graph:
+        if op in DATA_DEPENDENT_SHAPES:
+            reasons.append(f"its output depends on run-time shapes; on {ep} it leaves the device")
+        for index in SHAPE_INPUTS.get(op, ()):
+            if index < len(node.inputs) and not _is_static(node.inputs[index]):
+                reasons.append(f"input {index} (a shape or index) is computed at run time")
+                break
+    if op in caps.host_ops:
+        reasons.append(f"{ep} has no kernel for {op}; it would run on the CPU")
+    if not caps.int64_on_device and op not in ("Constant",):
+        shape_inputs = set(SHAPE_INPUTS.get(op, ()))
+        for index, value in enumerate(node.inputs):
+            if value is None or index in shape_inputs or _is_static(value):
+                continue
+            if value.dtype == INT64:
+                reasons.append(f"int64 input '{value.name}': {ep} runs int64 arithmetic on the CPU")
+                break
+    return reasons
+
+
+def audit_model(model: ir.Model, caps: EpCapabilities, session: str = "decoder") -> SessionAudit:
+    """Static capture-readiness checks of one session graph for one EP."""
+    findings = []
+    for node in model.graph.all_nodes():
+        for reason in _node_findings(node, caps):
+            findings.append(Finding(node.name or "", node.op_type, reason))
+    if not caps.int64_on_device:
+        for value in model.graph.inputs:
+            if value.dtype == INT64:
+                findings.append(
+                    Finding(
+                        value.name or "",
+                        "input",
+                        f"int64 graph input; {caps.display_name} needs int32",
+                    )
+                )
+    counts = Counter(node.op_type for node in model.graph.all_nodes())
+    return SessionAudit(
+        session=session,
+        ep=caps.name,
+        capture_supported=caps.graph_capture,
+        findings=tuple(findings),
+        op_counts=dict(sorted(counts.items())),
+    )
+
+
+_PLACEMENT_SCRIPT = r"""
+import json, sys, onnxruntime as ort
+path, provider = sys.argv[1], sys.argv[2]
+if provider not in ort.get_available_providers():
+    print(json.dumps({"available": False, "providers": ort.get_available_providers()}))
+    raise SystemExit(0)
+options = ort.SessionOptions()
+options.log_severity_level = 0
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+ort.InferenceSession(path, options, providers=[provider, "CPUExecutionProvider"])
+print(json.dumps({"available": True}))
+"""
+
+
+def device_placement(
+    model_path: str | os.PathLike[str], caps: EpCapabilities, python: str | None = None
+) -> tuple[Placement | None, str]:
+    """Create a session on the EP (in a subprocess, whose verbose log lists node
+    placements) and report the providers. Returns (None, why) when the EP is absent."""
+    proc = subprocess.run(
+        [python or sys.executable, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        return None, f"session creation failed: {proc.stderr.strip().splitlines()[-1:]}"
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not status["available"]:
+        return None, (
+            f"{caps.ort_provider} is not available in this onnxruntime "
+            f"(has {', '.join(status['providers'])}); placement not measured"
+        )
+    return parse_placements(proc.stderr), "measured"
+
+
+def parse_placements(log: str) -> Placement:
+    """Parse onnxruntime's verbose 'Node placements' log (VerifyEachNodeIsAssignedToAnEp)."""
+    counts: dict[str, int] = {}
+    host: list[str] = []
+    current: str | None = None
+    for line in log.splitlines():
+        if "VerifyEachNodeIsAssignedToAnEp]" not in line:
+            continue
+        text = line.split("VerifyEachNodeIsAssignedToAnEp]", 1)[1]
+        if "placed on [" in text:
+            current = text.split("[", 1)[1].split("]", 1)[0]
+            number = text.rsplit("Number of nodes:", 1)[1] if "Number of nodes:" in text else "0"
+            counts[current] = counts.get(current, 0) + int(number.strip() or 0)
+        elif current == "CPUExecutionProvider" and text.startswith("   "):
+            host.append(text.strip())
+    return Placement(provider_nodes=counts, host_nodes=tuple(host))
+
+
+def decide_capture(audit: SessionAudit, uses_gqa: bool, mode: str) -> tuple[bool, list[str]]:
+    """Graph capture for a session: ``off``; ``on`` (refuse with the audit's reasons when it
+    cannot); ``auto`` (on where the EP supports it and the audit passes)."""
+    reasons = audit.reasons()
+    if not uses_gqa:
+        reasons.append(
+            "standard attention grows the KV cache by Concat; capture needs "
+            "GroupQueryAttention over a shared past/present buffer"
+        )
+    if mode == "off":
+        return False, reasons
+    ready = not reasons
+    if mode == "on" and not ready:
+        from engine.errors import OptionsError
+
+        raise OptionsError(
+            f"graph capture cannot be switched on for the {audit.session} session on "
+            f"{audit.ep}:\n  " + "\n  ".join(reasons) + "\nUse --graph-capture auto or off."
+        )
+    return ready, reasons
+
+
+SESSION_KEYS = ("decoder", "embedding", "vision", "speech")
+
+
+def package_sessions(folder: Path) -> list[tuple[str, Path]]:
+    """(session name, model path) for every session genai_config.json names."""
+    from engine.errors import PackageError
+
+    config_path = folder / "genai_config.json"
+    if not config_path.is_file():
+        raise PackageError(f"'{folder}' has no genai_config.json; is it an exported package?")
+    try:
+        model = json.loads(config_path.read_text(encoding="utf-8"))["model"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise PackageError(f"{config_path} is not a valid genai_config ({exc})") from exc
+    sessions = []
+    for key in SESSION_KEYS:
+        section = model.get(key)
+        if isinstance(section, dict) and section.get("filename"):
+            path = folder / section["filename"]
+            if not path.is_file():
+                raise PackageError(
+                    f"genai_config.json names {section['filename']} for the "
+                    f"{key} session, but the file is missing"
+                )
+            sessions.append((key, path))
+    return sessions
+
+
+def audit_package(
+    folder: str | os.PathLike[str],
+    caps: EpCapabilities,
+    measure: bool = True,
+    python: str | None = None,
+) -> list[SessionAudit]:
+    """Audit every session of a package folder (graphs are read without weight bytes)."""
+    audits = []
+    for session, model_path in package_sessions(Path(folder)):
+        model = ir.load(model_path)
+        audit = audit_model(model, caps, session)
+        if measure:
+            placement, note = device_placement(model_path, caps, python)
+            audit = SessionAudit(
+                audit.session,
+                audit.ep,
+                audit.capture_supported,
+                audit.findings,
+                audit.op_counts,
+                placement,
+                note,
+            )
+        audits.append(audit)
+    return audits

@@ -1,0 +1,155 @@
+"""Capture-readiness audit: static rules by EP flags, the capture decision, placement logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from engine.audit import audit_model, audit_package, decide_capture, parse_placements
+from engine.caps import get_caps
+from engine.errors import OptionsError, PackageError
+from engine.models.gemma4 import build_decoder
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.plan import plan
+from engine.presets import load_preset
+from engine.rewrites import apply_rewrites
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def graph(preset: str, rewrite: bool, **options) -> tuple[ir.Model, object]:
+    export_plan = plan(load_preset(preset), ExportOptions(**options))
+    model = build_decoder(export_plan)
+    if rewrite:
+        apply_rewrites(model, export_plan.caps)
+    return model, export_plan
+
+
+def test_unrewritten_webgpu_graph_names_every_blocker():
+    model, export_plan = graph("gemma4-tiny", rewrite=False, ep="webgpu")
+    audit = audit_model(model, export_plan.caps)
+    ops = {f.op_type for f in audit.findings}
+    assert {"Shape", "ConstantOfShape"} <= ops
+    assert not audit.capture_ready
+    assert any("leaves the device" in r for r in audit.reasons())
+
+
+@pytest.mark.parametrize("preset", ["gemma4-tiny", "gemma4-e2b", "gemma4-e4b"])
+def test_rewritten_webgpu_graph_is_capture_ready(preset: str):
+    model, export_plan = graph(preset, rewrite=True, ep="webgpu", weight_bits=4, embedding_bits=4)
+    audit = audit_model(model, export_plan.caps)
+    assert audit.findings == () and audit.capture_ready
+    for op in ("Shape", "ConstantOfShape", "Slice", "Squeeze"):
+        assert audit.op_counts.get(op, 0) == 0
+
+
+def test_int64_inputs_are_findings_on_an_ep_without_int64():
+    model, _ = graph("gemma4-tiny", rewrite=True, ep="cpu")  # int64 I/O
+    audit = audit_model(model, get_caps("webgpu"))
+    assert any("int64" in f.reason for f in audit.findings)
+
+
+def test_cpu_has_no_capture_and_standard_attention_cannot_capture():
+    model, export_plan = graph("gemma4-tiny", rewrite=True, ep="cpu")
+    audit = audit_model(model, export_plan.caps)
+    assert decide_capture(audit, True, "auto")[0] is False
+    webgpu_model, webgpu_plan = graph("gemma4-tiny", rewrite=True, ep="webgpu")
+    webgpu_audit = audit_model(webgpu_model, webgpu_plan.caps)
+    assert decide_capture(webgpu_audit, True, "auto") == (True, [])
+    assert decide_capture(webgpu_audit, True, "off")[0] is False
+    capture, reasons = decide_capture(webgpu_audit, False, "auto")
+    assert capture is False and "Concat" in reasons[0]
+    with pytest.raises(OptionsError, match="cannot be switched on"):
+        decide_capture(audit, True, "on")
+
+
+def test_genai_config_sets_capture_per_session(tmp_path: Path):
+    on = export(
+        tmp_path / "on",
+        preset="gemma4-tiny",
+        options=ExportOptions(ep="webgpu", random_weights=True),
+    )
+    config = json.loads((on.output / "genai_config.json").read_text())
+    webgpu = config["model"]["decoder"]["session_options"]["provider_options"][0]["webgpu"]
+    assert webgpu["enableGraphCapture"] == "1" and on.graph_capture
+    assert config["search"]["past_present_share_buffer"] is True
+    assert config["search"]["max_length"] <= config["model"]["context_length"]
+    off = export(
+        tmp_path / "off",
+        preset="gemma4-tiny",
+        options=ExportOptions(ep="webgpu", random_weights=True, graph_capture="off"),
+    )
+    config = json.loads((off.output / "genai_config.json").read_text())
+    assert (
+        config["model"]["decoder"]["session_options"]["provider_options"][0]["webgpu"][
+            "enableGraphCapture"
+        ]
+        == "0"
+    )
+
+
+def test_capture_on_with_standard_attention_is_refused(tmp_path: Path):
+    with pytest.raises(OptionsError, match="Concat"):
+        export(
+            tmp_path / "x",
+            preset="gemma4-tiny",
+            options=ExportOptions(
+                ep="webgpu", attention="standard", graph_capture="on", random_weights=True
+            ),
+        )
+    assert not (tmp_path / "x").exists()
+
+
+def test_placement_log_parsing():
+    placement = parse_placements((DATA / "placement_log.txt").read_text())
+    assert placement.provider_nodes == {"WebGpuExecutionProvider": 2, "CPUExecutionProvider": 2}
+    assert placement.host_nodes == ("Add (add64)", "Cast (cast)")
+
+
+def test_audit_package_measures_cpu_placement(tmp_path: Path):
+    result = export(
+        tmp_path / "pkg", preset="gemma4-tiny", options=ExportOptions(ep="cpu", random_weights=True)
+    )
+    (audit,) = audit_package(result.output, get_caps("cpu"))
+    assert audit.placement is not None
+    assert audit.placement.provider_nodes.get("CPUExecutionProvider", 0) > 0
+    # The CPU EP cannot capture; every node on the CPU is expected there, not a finding.
+    assert not audit.capture_ready and audit.findings == ()
+
+
+def test_audit_package_reports_missing_files(tmp_path: Path):
+    with pytest.raises(PackageError, match=r"no genai_config\.json"):
+        audit_package(tmp_path, get_caps("cpu"))
+    (tmp_path / "genai_config.json").write_text(
+        json.dumps({"model": {"decoder": {"filename": "x.onnx"}}})
+    )
+    with pytest.raises(PackageError, match=r"x\.onnx"):
+        audit_package(tmp_path, get_caps("cpu"))
+
+
+def test_audit_cli_exit_codes():
+    ready = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "audit",
+            "--preset",
+            "gemma4-e2b",
+            "--ep",
+            "webgpu",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert ready.returncode == 0, ready.stderr
+    assert json.loads(ready.stdout)[0]["capture_ready"] is True
