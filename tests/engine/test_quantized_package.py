@@ -1,0 +1,577 @@
+"""Quantized tiny Gemma 4 packages run, compute exactly their quantized weights, and stay close
+to the float package.
+
+Method: export one tiny checkpoint as float32 and quantized, generate 64 greedy tokens with the
+float package, then teacher-force the float run's tokens through every package (prefill, then
+one token per step through the KV cache) and compare the 65 next-token logit rows (the prompt's
+last position plus 64 decode steps): top-1 agreement, logits cosine, max abs error.
+
+Block size 16 throughout: ``per_layer_projection`` has K = ``hidden_size_per_layer_input`` = 16,
+so 16 is the only block size that fits every linear of the tiny models.
+
+Two facts about the tiny random models shape the thresholds (numbers from
+``benchmarks/quantized_accuracy.py``):
+
+* The raw fixture checkpoints are chaotic. Gemma 4 scales attention by 1.0 and relies on the
+  q/k RMSNorm weights for the temperature; the fixtures draw those around 1.0, so attention
+  logits have a standard deviation of about sqrt(head_dim) = 4-6 and attention is nearly hard.
+  A 0.4 % relative weight error (INT8, block 16) then costs 2.6 % logits cosine and flips a
+  third of the top-1 tokens, and Gaussian noise of the same size does as much damage (cosine
+  0.967 vs INT8's 0.974), so this is the network amplifying any error, not the quantizer.
+  INT8 cannot look "near-lossless" on them (top-1 0.69, cosine 0.974) and INT4 is close to
+  noise (cosine 0.44).
+* The "calm" variants below are the same checkpoints with the q/k norm weights multiplied by
+  0.25 (attention logits' standard deviation about 0.3, as with the usual 1/sqrt(d) scaling),
+  everything else unchanged. There the error behaves as it should: INT8 is near-lossless
+  (cosine 0.9994-0.9997) and its logits MSE is 150-285x below INT4's, near the (255/15)^2 = 289
+  that the step sizes predict. The accuracy thresholds are asserted on the calm variants; the
+  raw ones are checked for exact agreement with their dequantized weights (which does not
+  depend on conditioning) and with a loose measured INT8 floor.
+
+Logit margins are small on random models (median top-1/top-2 gap about 0.1 with logits of
+standard deviation 0.5), so top-1 agreement is a harsh metric here; cosine is the steadier one.
+
+Accuracy level: the EP capabilities give MatMulNBits ``accuracy_level`` 4 by default, which on
+the CPU quantizes activations to int8 per block. The exactness tests use 0 (the package must
+then equal transformers running the dequantized weights, to float rounding); the accuracy table
+measures both 0 and 4 for INT8 (4 adds about as much error again as INT8 weights do) and uses 0
+for the INT4 and method comparisons so that they measure the weights alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from engine.models.gemma4_weights import checkpoint_name
+from engine.options import ExportOptions
+from engine.pipeline import ExportResult, export
+from engine.plan import ExportPlan, WeightPlan
+from engine.quantize import QuantizedBlocks, dequantize
+
+PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
+STEPS = 64  # prompt 12 + 64 = 76 positions: past every sliding window, within the 256 max
+BLOCK = 16
+CALM_QK = 0.25
+"""Factor on the q_norm / k_norm weights that turns a raw fixture into its calm variant."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def calm_model(model: Any, factor: float = CALM_QK) -> Any:
+    """A copy of a transformers Gemma 4 model with its q/k norm weights scaled by ``factor``."""
+    import torch
+
+    calm = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, param in calm.named_parameters():
+            if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+                param.mul_(factor)
+    return calm
+
+
+def forced_logits(package: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """Next-token logits [len(tokens) + 1, V] of a package fed ``prompt`` then ``tokens`` one at a
+    time through its KV cache (teacher forcing), float32."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    index_dtype = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
+    past = {
+        name: np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=np.float32)
+        for name, info in inputs.items()
+        if name.startswith("past_key_values")
+    }
+    names = [o.name for o in session.get_outputs()]
+    ids = np.array([prompt], dtype=index_dtype)
+    total = len(prompt)
+    rows = []
+    for step in range(len(tokens) + 1):
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, total), index_dtype), **past}
+        outputs = dict(zip(names, session.run(None, feeds), strict=True))
+        rows.append(outputs["logits"][0, -1].astype(np.float32))
+        past = {
+            name.replace("present", "past_key_values"): value
+            for name, value in outputs.items()
+            if name.startswith("present")
+        }
+        if step < len(tokens):
+            ids = np.array([[tokens[step]]], dtype=index_dtype)
+            total += 1
+    return np.stack(rows)
+
+
+def greedy_tokens(package: Path, prompt: list[int], steps: int) -> list[int]:
+    from tests._support.ort_loop import ort_greedy
+
+    tokens, _ = ort_greedy(package, prompt, steps)
+    return tokens
+
+
+def hf_forced_logits(model: Any, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """transformers' next-token logits for the same positions as :func:`forced_logits`."""
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt + tokens]))
+    return out.logits[0, len(prompt) - 1 :].float().numpy()
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """A package's next-token logits against the float package's."""
+
+    top1: float
+    cos_mean: float
+    cos_min: float
+    max_abs: float
+    mse: float
+
+    def __str__(self) -> str:
+        return (
+            f"top1 {self.top1:.3f} cos mean {self.cos_mean:.6f} min {self.cos_min:.6f} "
+            f"max abs {self.max_abs:.4f} mse {self.mse:.3e}"
+        )
+
+
+def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
+    a = logits.astype(np.float64)
+    b = reference.astype(np.float64)
+    cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return Metrics(
+        top1=float((a.argmax(-1) == b.argmax(-1)).mean()),
+        cos_mean=float(cos.mean()),
+        cos_min=float(cos.min()),
+        max_abs=float(np.abs(a - b).max()),
+        mse=float(((a - b) ** 2).mean()),
+    )
+
+
+def exported_weights(result: ExportResult) -> Iterator[tuple[WeightPlan, np.ndarray]]:
+    """Every quantized weight a package stores, dequantized back to float32 [rows, cols]
+    (checkpoint layout), read from the written initializers."""
+    model = onnx.load(str(result.output / "model.onnx"))
+    arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for wp in result.plan.decoder.weights:
+        if not wp.quantized or wp.shares:
+            continue
+        assert wp.bits is not None and wp.block_size is not None
+        assert len(wp.pieces) == 1, f"{wp.name}: the CPU plan does not split"
+        rows, cols = wp.weight.shape
+        blocks = cols // wp.block_size
+        parts = {t.part: arrays[t.name] for t in wp.pieces[0].tensors}
+        zero_points = parts.get("zero_points")
+        if zero_points is None:  # symmetric MatMulNBits: the op's implicit 8 / 128
+            fill = 0x88 if wp.bits == 4 else 128
+            zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
+        packed = QuantizedBlocks(
+            parts["qweight"].reshape(rows, -1), parts["scales"].reshape(rows, blocks), zero_points
+        )
+        yield wp, dequantize(packed, bits=wp.bits, block_size=wp.block_size)
+
+
+def stored_bytes(result: ExportResult) -> dict[str, int]:
+    """Bytes of every initializer the package stores (inline or external), by name."""
+    model = onnx.load(str(result.output / "model.onnx"))
+    return {t.name: numpy_helper.to_array(t).nbytes for t in model.graph.initializer}
+
+
+def checkpoint_tensors(model_dir: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def reconstruction_errors(result: ExportResult, model_dir: Path) -> dict[str, tuple[float, int]]:
+    """Per quantized weight: (sum of squared errors, element count) against the checkpoint."""
+    original = checkpoint_tensors(model_dir)
+    out = {}
+    for wp, restored in exported_weights(result):
+        source = original[checkpoint_name(result.plan.spec, wp.name)].astype(np.float32)
+        diff = (restored - source).astype(np.float64)
+        out[wp.name] = (float((diff * diff).sum()), diff.size)
+    return out
+
+
+def total_mse(errors: dict[str, tuple[float, int]]) -> float:
+    return sum(e for e, _ in errors.values()) / sum(n for _, n in errors.values())
+
+
+def dequantized_model(model: Any, result: ExportResult) -> Any:
+    """A copy of the transformers model running the package's dequantized weights."""
+    import torch
+
+    restored_model = copy.deepcopy(model)
+    params = dict(restored_model.named_parameters())
+    with torch.no_grad():
+        for wp, restored in exported_weights(result):
+            params[checkpoint_name(result.plan.spec, wp.name)].copy_(torch.from_numpy(restored))
+    return restored_model
+
+
+def quant_options(
+    weight_bits: int | None = None,
+    embedding_bits: int | None = None,
+    *,
+    symmetric: bool = False,
+    method: str = "rtn",
+    accuracy_level: int | None = 0,
+    **extra: Any,
+) -> ExportOptions:
+    return ExportOptions(
+        ep="cpu",
+        dtype="fp32",
+        weight_bits=weight_bits,
+        embedding_bits=embedding_bits,
+        block_size=BLOCK,
+        symmetric=symmetric,
+        quant_method=method,  # type: ignore[arg-type]
+        accuracy_level=accuracy_level,
+        **extra,
+    )
+
+
+class Packages:
+    """Exports and teacher-forced runs, each done once per module."""
+
+    def __init__(self, tiny_models: Any, root: Path) -> None:
+        self.tiny_models = tiny_models
+        self.root = root
+        self._models: dict[str, tuple[Path, Any]] = {}
+        self._exports: dict[tuple[str, ExportOptions], ExportResult] = {}
+        self._logits: dict[tuple[str, ExportOptions], np.ndarray] = {}
+        self._tokens: dict[str, list[int]] = {}
+
+    def model(self, key: str) -> tuple[Path, Any]:
+        """``"all_features"`` / ``"untied"``: the raw fixtures; ``"calm/<name>"``: calm ones."""
+        if key not in self._models:
+            if key.startswith("calm/"):
+                _, raw = self.tiny_models.get(key.removeprefix("calm/"))
+                path = self.root / "models" / key.replace("/", "_")
+                calm = calm_model(raw)
+                calm.save_pretrained(path)
+                self._models[key] = (path, calm)
+            else:
+                self._models[key] = self.tiny_models.get(key)
+        return self._models[key]
+
+    def export(self, key: str, options: ExportOptions) -> ExportResult:
+        if (key, options) not in self._exports:
+            model_dir, _ = self.model(key)
+            out = self.root / f"pkg{len(self._exports)}"
+            self._exports[key, options] = export(out, model_dir=model_dir, options=options)
+        return self._exports[key, options]
+
+    def float_package(self, key: str) -> ExportResult:
+        return self.export(key, ExportOptions(ep="cpu", dtype="fp32"))
+
+    def tokens(self, key: str) -> list[int]:
+        """The float package's greedy tokens: the teacher-forced sequence for every package."""
+        if key not in self._tokens:
+            self._tokens[key] = greedy_tokens(self.float_package(key).output, PROMPT, STEPS)
+        return self._tokens[key]
+
+    def logits(self, key: str, options: ExportOptions) -> np.ndarray:
+        if (key, options) not in self._logits:
+            result = self.export(key, options)
+            self._logits[key, options] = forced_logits(result.output, PROMPT, self.tokens(key))
+        return self._logits[key, options]
+
+    def reference(self, key: str) -> np.ndarray:
+        return self.logits(key, ExportOptions(ep="cpu", dtype="fp32"))
+
+    def metrics(self, key: str, options: ExportOptions) -> Metrics:
+        return compare(self.logits(key, options), self.reference(key))
+
+
+@pytest.fixture(scope="module")
+def packages(tiny_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Packages:
+    return Packages(tiny_models, tmp_path_factory.mktemp("quantized_packages"))
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize(
+    "model, options",
+    [
+        ("all_features", quant_options(8, 8)),
+        ("all_features", quant_options(4, 4)),
+        # sym MatMulNBits without zero points, the search method, a 4-bit decoder with an
+        # 8-bit tied head (the head takes the embedding's bits)
+        ("all_features", quant_options(4, 8, symmetric=True, method="search")),
+        ("untied", quant_options(4, 4)),  # lm_head as its own MatMulNBits weight
+        ("untied", quant_options(8, 4, quantize_lm_head=False)),  # float lm_head
+    ],
+    ids=["w8e8", "w4e4", "w4e8-sym-search", "untied-w4e4", "untied-w8e4-float-head"],
+)
+def test_package_computes_its_dequantized_weights(packages: Packages, model: str, options):
+    """With accuracy level 0 a quantized package equals transformers running the package's own
+    weights dequantized: the graph (MatMulNBits, GatherBlockQuantized, the tied head's view of
+    the embedding bytes) adds nothing but float rounding. Measured 3.3e-5 to 5.5e-5 on these raw
+    fixtures (the calm ones: 3e-6); 1e-4 is the float parity tests' tolerance. With accuracy
+    level 4 the same comparison gives 0.07-1.0 (int8 activations), hence level 0 here."""
+    _, hf = packages.model(model)
+    result = packages.export(model, options)
+    tokens = packages.tokens(model)
+    ours = packages.logits(model, options)
+    theirs = hf_forced_logits(dequantized_model(hf, result), PROMPT, tokens)
+    diff = float(np.abs(ours - theirs).max())
+    print(f"{model} w{options.weight_bits}e{options.embedding_bits}: vs dequantized {diff:.2e}")
+    assert diff <= 1e-4, f"max abs logit difference vs the dequantized model: {diff}"
+    # The package really is quantized: its logits moved away from the float package's.
+    assert compare(ours, packages.reference(model)).max_abs > 1e-3
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    options: ExportOptions
+    min_top1: float
+    min_cos: float
+    measured: str
+    """What benchmarks/quantized_accuracy.py measured (top-1, mean cosine)."""
+
+
+# Thresholds sit below the measurement by a margin: cosine error (1 - cos) allowed about
+# 1.5-3x the measured one, top-1 a few tokens out of 65. The calm INT8 floors (0.92, 0.999)
+# are the "near-lossless" claim; the brief's example 0.95 top-1 is met by every INT8 run
+# (0.953-0.985) but with one token of margin at worst, too little for a floor.
+CASES = [
+    Case("calm/all_features", quant_options(8, 8), 0.92, 0.999, "0.969, 0.99970"),
+    Case("calm/all_features", quant_options(8, 8, symmetric=True), 0.92, 0.999, "0.969, 0.99957"),
+    Case("calm/all_features", quant_options(8, 8, accuracy_level=4), 0.90, 0.998, "0.969, 0.99940"),
+    Case("calm/untied", quant_options(8, 8), 0.92, 0.999, "0.985, 0.99936"),
+    Case("calm/untied", quant_options(8, 8, symmetric=True), 0.92, 0.999, "0.954, 0.99942"),
+    Case("calm/untied", quant_options(8, 8, accuracy_level=4), 0.90, 0.998, "0.954, 0.99902"),
+    # INT4 (block 16): 4-bit weights and tables move the logits ~17x more than INT8; on random
+    # models with small logit margins that flips about half the top-1 tokens.
+    Case("calm/all_features", quant_options(4, 4), 0.30, 0.88, "0.385, 0.91375"),
+    Case("calm/all_features", quant_options(4, 4, symmetric=True), 0.30, 0.87, "0.385, 0.90306"),
+    Case("calm/all_features", quant_options(4, 4, method="search"), 0.40, 0.90, "0.538, 0.93379"),
+    Case("calm/all_features", quant_options(4, 8), 0.35, 0.89, "0.462, 0.92583"),
+    Case("calm/untied", quant_options(4, 4), 0.35, 0.87, "0.446, 0.90564"),
+    Case("calm/untied", quant_options(4, 4, symmetric=True), 0.35, 0.83, "0.462, 0.86646"),
+    # The raw fixture (see the module docstring): INT8 is bounded, not near-lossless.
+    Case("all_features", quant_options(8, 8), 0.55, 0.95, "0.692, 0.97398"),
+]
+
+
+def _case_id(case: Case) -> str:
+    o = case.options
+    parts = [case.model.replace("/", "-"), f"w{o.weight_bits}e{o.embedding_bits}"]
+    if o.symmetric:
+        parts.append("sym")
+    if o.quant_method != "rtn":
+        parts.append(o.quant_method)
+    parts.append(f"acc{o.accuracy_level}")
+    return "-".join(parts)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_quantized_package_stays_close_to_float(packages: Packages, case: Case):
+    metrics = packages.metrics(case.model, case.options)
+    print(f"{_case_id(case)}: {metrics} (measured top1, cos: {case.measured})")
+    assert len(packages.reference(case.model)) == STEPS + 1
+    assert metrics.top1 >= case.min_top1, str(metrics)
+    assert metrics.cos_mean >= case.min_cos, str(metrics)
+
+
+@pytest.mark.parametrize("model", ["calm/all_features", "calm/untied"])
+def test_int8_error_is_far_below_int4(packages: Packages, model: str):
+    """Logit error follows the quantization step: INT8's is (255/15)^2 ~ 289x below INT4's in
+    theory; measured 285x and 149x. At least 50x is asserted."""
+    int8 = packages.metrics(model, quant_options(8, 8)).mse
+    int4 = packages.metrics(model, quant_options(4, 4)).mse
+    print(f"{model}: logits mse int8 {int8:.3e} int4 {int4:.3e} ratio {int4 / int8:.0f}")
+    assert int8 * 50 <= int4
+
+
+def test_accuracy_level_4_reaches_the_kernel_and_is_the_default(packages: Packages):
+    """The EP default (4: int8 activations on the CPU) lands on every MatMulNBits node, and
+    the kernel honours it: its logits differ from level 0's, which match the dequantized
+    model; level 4 adds error of the same order as INT8 weights (against the float package,
+    logits mse 2.8e-4 at level 4 vs 1.4e-4 at level 0)."""
+    model = "calm/all_features"
+    default = ExportOptions(ep="cpu", dtype="fp32", weight_bits=8, embedding_bits=8, block_size=16)
+    result = packages.export(model, default)
+    graph = onnx.load(str(result.output / "model.onnx"), load_external_data=False).graph
+    levels = {
+        attr.i
+        for node in graph.node
+        if node.op_type == "MatMulNBits"
+        for attr in node.attribute
+        if attr.name == "accuracy_level"
+    }
+    assert levels == {result.plan.caps.int4_accuracy_level} == {4}
+    level4 = packages.logits(model, default)
+    level0 = packages.logits(model, quant_options(8, 8))
+    assert float(np.abs(level4 - level0).max()) > 1e-3
+    reference = packages.reference(model)
+    assert compare(level4, reference).mse > compare(level0, reference).mse
+
+
+# --------------------------------------------------------------------------- methods
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [False, True], ids=["asym", "sym"])
+def test_search_lowers_reconstruction_error_of_exported_weights(
+    packages: Packages, bits: int, symmetric: bool
+):
+    """Every weight the package stores, dequantized from its initializers, is at least as
+    close to the checkpoint with the search method as with round-to-nearest, and clearly
+    closer overall. Measured totals on the raw fixture (random normal blocks of 16, few
+    outliers to clip): search/RTN 0.913 (4-bit asym), 0.916 (8-bit asym), 0.895 (4-bit sym),
+    0.927 (8-bit sym); at most 0.95 is asserted."""
+    model = "all_features"
+    model_dir, _ = packages.model(model)
+    rtn = reconstruction_errors(
+        packages.export(model, quant_options(bits, bits, symmetric=symmetric)), model_dir
+    )
+    search = reconstruction_errors(
+        packages.export(model, quant_options(bits, bits, symmetric=symmetric, method="search")),
+        model_dir,
+    )
+    assert rtn.keys() == search.keys() and len(rtn) > 50
+    worse = [name for name in rtn if search[name][0] > rtn[name][0] * (1 + 1e-6)]
+    assert not worse, f"search is worse than RTN on {worse}"
+    ratio = total_mse(search) / total_mse(rtn)
+    print(f"{bits}-bit {'sym' if symmetric else 'asym'}: search/rtn reconstruction mse {ratio:.3f}")
+    assert ratio <= 0.95
+
+
+@pytest.mark.parametrize("model", ["calm/all_features", "calm/untied"])
+def test_search_lowers_logits_error(packages: Packages, model: str):
+    """INT4 asymmetric (the default): search's logits error against the float package is below
+    RTN's (mse measured 3.12e-2 vs 4.02e-2 and 3.49e-2 vs 4.12e-2). Not asserted for symmetric:
+    on calm/untied search's lower weight error still gave a higher logits error (6.11e-2 vs
+    5.79e-2); a model this small and random does not turn every weight improvement into a logits
+    one. The reconstruction test above holds for both."""
+    rtn = packages.metrics(model, quant_options(4, 4))
+    search = packages.metrics(model, quant_options(4, 4, method="search"))
+    print(f"{model}: rtn {rtn}; search {search}")
+    assert search.mse < rtn.mse
+    assert search.cos_mean > rtn.cos_mean
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_symmetric_vs_asymmetric(packages: Packages, bits: int):
+    """Asymmetric blocks use the whole code range: lower reconstruction error (measured
+    sym/asym 1.19x at 4 bits, 1.30x at 8 bits; at least 1.1x asserted). Symmetric MatMulNBits
+    weights drop their zero points (GatherBlockQuantized tables keep them), which is exactly
+    the size difference."""
+    model = "all_features"
+    model_dir, _ = packages.model(model)
+    asym = packages.export(model, quant_options(bits, bits))
+    sym = packages.export(model, quant_options(bits, bits, symmetric=True))
+    ratio = total_mse(reconstruction_errors(sym, model_dir)) / total_mse(
+        reconstruction_errors(asym, model_dir)
+    )
+    print(f"{bits}-bit: sym/asym reconstruction mse {ratio:.3f}")
+    assert ratio >= 1.1
+
+    def zero_point_bytes(plan: ExportPlan, storage: str) -> int:
+        return sum(
+            t.nbytes
+            for w in plan.decoder.weights
+            if w.storage == storage and not w.shares
+            for t in w.tensors()
+            if t.part == "zero_points"
+        )
+
+    assert zero_point_bytes(sym.plan, "matmulnbits") == 0
+    assert zero_point_bytes(sym.plan, "gbq") == zero_point_bytes(asym.plan, "gbq") > 0
+    saved = zero_point_bytes(asym.plan, "matmulnbits")
+    assert saved > 0
+    assert asym.plan.nbytes - sym.plan.nbytes == saved
+    assert sum(stored_bytes(asym).values()) - sum(stored_bytes(sym).values()) == saved
+
+
+# --------------------------------------------------------------------------- tied head
+
+
+def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {out: node for node in graph.node for out in node.output}
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("weight_bits, embedding_bits", [(4, 4), (4, 8), (8, 4)])
+def test_tied_head_reuses_the_quantized_embedding_bytes(
+    packages: Packages, weight_bits: int, embedding_bits: int
+):
+    """No lm_head initializer: the head's MatMulNBits reads embed_tokens.weight.qweight through
+    a Reshape (and its scales and zero points directly), with the embedding's bits and block
+    size whatever the decoder's weight bits; the table is stored once."""
+    model = "all_features"
+    options = quant_options(weight_bits, embedding_bits)
+    result = packages.export(model, options)
+    graph = onnx.load(str(result.output / "model.onnx"), load_external_data=False).graph
+    names = {t.name for t in graph.initializer}
+    assert not [n for n in names if n.startswith("lm_head")]
+    table = "embed_tokens.weight"
+    assert {f"{table}.qweight", f"{table}.scales", f"{table}.zero_points"} <= names
+    assert table not in names  # no float copy either
+
+    producers = _producers(graph)
+    gathers = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    assert any(n.input[0] == f"{table}.qweight" for n in gathers)
+    heads = []
+    for node in graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        source = producers.get(node.input[1])
+        if source is not None and source.op_type == "Reshape":
+            assert source.input[0] == f"{table}.qweight"
+            heads.append(node)
+    assert len(heads) == 1
+    head = heads[0]
+    assert list(head.input[2:]) == [f"{table}.scales", f"{table}.zero_points"]
+    vocab, hidden = result.plan.spec.vocab_size, result.plan.spec.hidden_size
+    assert _attrs(head) | {"accuracy_level": 0} == {
+        "K": hidden,
+        "N": vocab,
+        "bits": embedding_bits,
+        "block_size": BLOCK,
+        "accuracy_level": 0,
+    }
+    assert head.output[0] in {i for n in graph.node for i in n.input}  # feeds the softcap
+
+    lm_head = result.plan.decoder.weight("lm_head.weight")
+    assert lm_head.shares == table and lm_head.nbytes == 0
+    # Nothing beyond the plan is stored, and the plan counts the table once.
+    stored = stored_bytes(result)
+    assert sum(stored[t.name] for t in result.plan.decoder.tensors()) == result.plan.nbytes
+    planned = {t.name for t in result.plan.decoder.tensors()}
+    extra = {name: n for name, n in stored.items() if name not in planned}
+    smallest_part = min(t.nbytes for t in result.plan.decoder.weight(table).tensors())
+    assert max(extra.values()) < smallest_part, f"unplanned initializers: {extra}"
+
+
+def test_tied_head_with_float_embeddings_stays_float(packages: Packages):
+    """Weight bits without embedding bits: the tied head multiplies by the float table itself
+    (quantizing it would store the table twice), still with no lm_head initializer."""
+    result = packages.export("all_features", quant_options(4, None))
+    graph = onnx.load(str(result.output / "model.onnx"), load_external_data=False).graph
+    names = {t.name for t in graph.initializer}
+    assert not [n for n in names if n.startswith("lm_head")]
+    assert "embed_tokens.weight" in names
+    matmuls = [n for n in graph.node if n.op_type == "MatMul"]
+    assert [n.input[0] for n in matmuls] == ["embed_tokens.weight"]
+    assert result.plan.decoder.weight("lm_head.weight").storage == "float"
