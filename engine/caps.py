@@ -63,8 +63,11 @@ class EpCapabilities:
     int64_on_device: bool = True
     """int64 elementwise ops (ReduceSum, Sub, Equal, Where) run on the device. False means
     mask arithmetic must be done in int32 to stay on the device."""
-    gqa_local_window: bool = True
-    """GroupQueryAttention's ``local_window_size`` gives correct results here."""
+    explicit_attention_over_cache: bool = False
+    """GroupQueryAttention only writes the KV cache; attention is computed explicitly over
+    the whole buffer with a position mask. For EPs whose GQA mishandles sliding windows
+    or KV-shared layers under graph capture (WebGPU 1.27: ``local_window_size`` ignored
+    under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
     rms_norm_op: str = "RMSNormalization"
@@ -124,7 +127,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             capture_option="enableGraphCapture",
             capture_needs_static_graph=True,
             int64_on_device=False,
-            gqa_local_window=False,
+            explicit_attention_over_cache=True,
             # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
             host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
         ),

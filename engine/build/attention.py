@@ -1,9 +1,18 @@
-"""Attention lowerings: com.microsoft GroupQueryAttention, and a standard-ONNX path.
+"""Attention lowerings, chosen by EP flags.
 
-Both take queries / keys / values already normed (Gemma's q/k/v norms come before the
-rotary embedding) and apply RoPE themselves, read the KV cache in BNSH layout and
-return the present KV. A layer that shares another's KV passes ``key=None``: it attends
-to the producer's present KV and adds nothing to it.
+* ``gqa``: com.microsoft GroupQueryAttention does RoPE, the KV-cache update (growing or
+  in a shared past/present buffer) and attention, with ``local_window_size`` for sliding
+  layers. KV-shared layers call it with empty keys/values and the producer's present KV.
+* ``cached``: for EPs whose GroupQueryAttention cannot be trusted with windows or shared
+  layers under graph capture (``explicit_attention_over_cache``; WebGPU 1.27 ignores
+  ``local_window_size`` under capture, rejects a static ``attention_bias`` and fails on
+  empty keys). GroupQueryAttention only rotates and writes the new keys/values into the
+  cache; every layer then attends explicitly over the whole KV buffer with a mask built
+  from positions. All shapes are static under capture and no op leaves the device.
+* ``standard``: plain ONNX ops with a Concat-grown cache, for EPs without GQA.
+
+Queries, keys and values arrive already normed (Gemma 4 norms them before RoPE), as
+[B, S, heads * head_dim]; caches are BNSH.
 """
 
 from __future__ import annotations
@@ -16,20 +25,32 @@ import onnx_ir as ir
 from engine.build.context import BuildContext
 from engine.spec import AttentionKind, LayerSpec
 
+F32 = ir.DataType.FLOAT
+
 
 @dataclass
 class AttentionInputs:
-    """Per-graph values every attention layer reads, computed once."""
+    """Values every attention layer reads, computed once per graph."""
 
-    batch_ids: ir.Value
-    """input_ids, for shapes of the empty KV of shared layers."""
+    input_ids: ir.Value
     seqlens_k: ir.Value | None = None
     total_length: ir.Value | None = None
-    positions: ir.Value | None = None
+    query_positions: ir.Value | None = None
+    """Positions of the new tokens: int64 [S] (standard) or float32 [B, S] (cached)."""
+    caches: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    rope_rows: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    """cos / sin rows of the query positions, [1 or B, S, 1, head_dim]."""
     bias: dict[AttentionKind, ir.Value] = field(default_factory=dict)
-    rope: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    """Additive masks [B, 1, S, T] by attention kind (standard and cached paths)."""
     empty_kv: dict[int, ir.Value] = field(default_factory=dict)
-    """Zero-length keys/values by width, shared by every KV-shared layer."""
+
+
+def _kinds(ctx: BuildContext) -> list[AttentionKind]:
+    kinds: list[AttentionKind] = []
+    for layer in ctx.spec.layers:
+        if layer.attention not in kinds:
+            kinds.append(layer.attention)
+    return kinds
 
 
 def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Value]:
@@ -41,77 +62,146 @@ def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Va
     return values[0], values[1]
 
 
-def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value) -> AttentionInputs:
-    """seqlens_k, total_sequence_length and (where needed) the sliding-window bias.
+def _scalar(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
+    return ctx.const(np.array(value, dtype=dtype), name=name)
 
-    Everything comes from the mask's values, never from Shape: under graph capture the
-    runtime passes a static [1, max_length] mask of ones then zeros, and Shape would
-    leave the device. total_sequence_length is the mask's width (the attended key
-    length, static under capture); seqlens_k the valid length minus one. With int32
-    masks (EPs whose int64 arithmetic falls back to the CPU) it all stays in int32.
+
+def _ones_like(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """Int32 ones of x's shape by arithmetic: no Shape, so it stays on the device."""
+    zero, one = _scalar(ctx, 0, np.int32, "zero_i32"), _scalar(ctx, 1, np.int32, "one_i32")
+    return ctx.op.Add(ctx.op.Mul(x, zero), one)
+
+
+def _running_index(ctx: BuildContext, ones: ir.Value) -> ir.Value:
+    """0, 1, 2, ... along axis 1 of a float ones tensor (CumSum - 1; exact below 2**24)."""
+    axis = _scalar(ctx, 1, np.int32, "axis_1_i32")
+    return ctx.op.Sub(ctx.op.CumSum(ones, axis), _scalar(ctx, 1.0, np.float32, "one_f32"))
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value) -> AttentionInputs:
+    """seqlens_k / total_sequence_length for GroupQueryAttention, from the mask's values.
+
+    No Shape: under graph capture the runtime passes a static [1, max_length] mask of
+    ones then zeros. With int32 I/O (EPs whose int64 arithmetic leaves the device) all
+    of it stays int32.
     """
     op = ctx.op
     mask = attention_mask
     if mask.dtype != ir.DataType.INT32:
         mask = op.Cast(mask, to=ir.DataType.INT32)
-    lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B]
-    seqlens_k = op.Sub(lengths, ctx.const(np.array(1, dtype=np.int32), name="one_i32"))
-    ones = _ones_like(ctx, mask)
-    widths = op.ReduceSum(ones, ctx.ints([1]), keepdims=0)  # [B], every row the mask width
-    total = op.Gather(widths, ctx.const(np.array(0, dtype=np.int64), name="index_0"))
-    inputs = AttentionInputs(batch_ids=input_ids, seqlens_k=seqlens_k, total_length=total)
+    lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B] valid lengths
+    seqlens_k = op.Sub(lengths, _scalar(ctx, 1, np.int32, "one_i32"))
+    index_0 = _scalar(ctx, 0, np.int64, "index_0")
+    inputs = AttentionInputs(input_ids=input_ids, seqlens_k=seqlens_k)
     for kind in _kinds(ctx):
-        inputs.rope[kind] = rope_caches(ctx, kind)
-    if "sliding" in inputs.rope and not ctx.caps.gqa_local_window:
-        inputs.bias["sliding"] = _window_bias(ctx, input_ids, lengths, ones)
+        inputs.caches[kind] = rope_caches(ctx, kind)
+    if ctx.caps.explicit_attention_over_cache:
+        # Batch 1 (graph capture): the valid length is the present length.
+        inputs.total_length = op.Gather(lengths, index_0)
+        ids = (
+            input_ids
+            if input_ids.dtype == ir.DataType.INT32
+            else op.Cast(input_ids, to=ir.DataType.INT32)
+        )
+        query_ones = op.Cast(_ones_like(ctx, ids), to=F32)  # [B, S]
+        new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)
+        valid = op.Unsqueeze(op.Cast(lengths, to=F32), ctx.ints([1]))
+        positions = op.Add(op.Sub(valid, new_tokens), _running_index(ctx, query_ones))
+        inputs.query_positions = positions
+        rows = op.Cast(positions, to=ir.DataType.INT32)
+        for kind, (cos, sin) in inputs.caches.items():
+            inputs.rope_rows[kind] = (_rope_rows(ctx, cos, rows), _rope_rows(ctx, sin, rows))
+    else:
+        # The mask's width: the attended length for every row, also with left padding.
+        widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
+        inputs.total_length = op.Gather(widths, index_0)
     return inputs
 
 
-def _ones_like(ctx: BuildContext, x: ir.Value) -> ir.Value:
-    """Ones of x's shape and int dtype, by arithmetic (no Shape, stays on the device)."""
-    zero = ctx.const(np.array(0, dtype=np.int32), name="zero_i32")
-    one = ctx.const(np.array(1, dtype=np.int32), name="one_i32")
-    return ctx.op.Add(ctx.op.Mul(x, zero), one)
+def standard_inputs(
+    ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value
+) -> AttentionInputs:
+    """Positions, RoPE rows and additive masks for the standard path, once per graph."""
+    op = ctx.op
+    total = op.Shape(attention_mask, start=1, end=2)  # [1]
+    past = op.Sub(total, op.Shape(input_ids, start=1, end=2))
+    one, zero = _scalar(ctx, 1, np.int64, "one_i64"), _scalar(ctx, 0, np.int64, "zero_i64")
+    positions = op.Range(op.Squeeze(past), op.Squeeze(total), one)  # [S]
+    key_positions = op.Range(zero, op.Squeeze(total), one)  # [T]
+    distance = op.Sub(
+        op.Unsqueeze(positions, ctx.ints([1])), op.Unsqueeze(key_positions, ctx.ints([0]))
+    )  # [S, T]
+    mask_one = np.array(
+        1, dtype=np.int32 if attention_mask.dtype == ir.DataType.INT32 else np.int64
+    )
+    keep = op.Unsqueeze(op.Equal(attention_mask, ctx.const(mask_one)), ctx.ints([1, 2]))
+    inputs = AttentionInputs(input_ids=input_ids, query_positions=positions)
+    for kind in _kinds(ctx):
+        allowed = op.GreaterOrEqual(distance, zero)
+        if kind == "sliding":
+            window = _scalar(ctx, ctx.spec.sliding_window, np.int64, "window_i64")
+            allowed = op.And(allowed, op.Less(distance, window))
+        allowed = op.And(op.Unsqueeze(allowed, ctx.ints([0, 1])), keep)  # [B, 1, S, T]
+        inputs.bias[kind] = _additive(ctx, allowed)
+        cos, sin = rope_caches(ctx, kind)
+        rows = op.Unsqueeze(positions, ctx.ints([0]))  # [1, S]
+        inputs.rope_rows[kind] = (_rope_rows(ctx, cos, rows), _rope_rows(ctx, sin, rows))
+    return inputs
 
 
-def _window_bias(
-    ctx: BuildContext, input_ids: ir.Value, lengths: ir.Value, key_ones: ir.Value
+def _additive(ctx: BuildContext, allowed: ir.Value) -> ir.Value:
+    """0 where allowed, float32 min elsewhere (scores are float32 when masked)."""
+    return ctx.op.Where(
+        allowed,
+        _scalar(ctx, 0.0, np.float32, "zero_f32"),
+        _scalar(ctx, float(np.finfo(np.float32).min), np.float32, "min_f32"),
+    )
+
+
+def _rope_rows(ctx: BuildContext, cache: ir.Value, rows: ir.Value) -> ir.Value:
+    """cos or sin rows for positions ``rows`` [B, S], doubled for rotate_half: [B, S, 1, D]."""
+    half = ctx.op.Gather(cache, rows, axis=0)  # [B, S, D/2]
+    return ctx.op.Unsqueeze(ctx.op.Concat(half, half, axis=-1), ctx.ints([2]))
+
+
+def _rotate(ctx: BuildContext, x: ir.Value, rope: tuple[ir.Value, ir.Value]) -> ir.Value:
+    """x * cos + rotate_half(x) * sin for x [B, S, heads, D]."""
+    op = ctx.op
+    cos, sin = rope
+    first, second = op.Split(x, axis=-1, num_outputs=2, _outputs=2)
+    rotated = op.Concat(op.Neg(second), first, axis=-1)
+    return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
+
+
+# ------------------------------------------------------------------------------ layers
+
+
+def _explicit(
+    ctx: BuildContext,
+    layer: LayerSpec,
+    query: ir.Value,
+    keys: ir.Value,
+    values: ir.Value,
+    bias: ir.Value,
 ) -> ir.Value:
-    """Additive [B, 1, S, T] bias keeping keys j with 0 <= p - j < sliding_window for a
-    query at position p, for EPs whose GroupQueryAttention ignores ``local_window_size``
-    (WebGPU under graph capture) or mishandles it (KV-shared layers).
-
-    Positions are float32 running sums (exact below 2**24) so every op has a float
-    kernel on the device.
-    """
-    op, f32 = ctx.op, ir.DataType.FLOAT
-    ids = (
-        input_ids
-        if input_ids.dtype == ir.DataType.INT32
-        else op.Cast(input_ids, to=ir.DataType.INT32)
-    )
-    query_ones = op.Cast(_ones_like(ctx, ids), to=f32)  # [B, S]
-    one = ctx.const(np.array(1.0, dtype=np.float32), name="one_f32")
-    query_index = op.Sub(
-        op.CumSum(query_ones, ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")), one
-    )
-    new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)  # [B, 1]
-    valid = op.Unsqueeze(op.Cast(lengths, to=f32), ctx.ints([1]))  # [B, 1]
-    query_pos = op.Add(op.Sub(valid, new_tokens), query_index)  # [B, S]
-    key_pos = op.Sub(
-        op.CumSum(
-            op.Cast(key_ones, to=f32), ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")
-        ),
-        one,
-    )
-    distance = op.Sub(op.Unsqueeze(query_pos, ctx.ints([2])), op.Unsqueeze(key_pos, ctx.ints([1])))
-    zero = ctx.const(np.array(0.0, dtype=np.float32), name="zero_f32")
-    window = ctx.const(
-        np.array(float(ctx.spec.sliding_window), dtype=np.float32), name="window_f32"
-    )
-    allowed = op.And(op.GreaterOrEqual(distance, zero), op.Less(distance, window))  # [B, S, T]
-    bias = op.Where(allowed, ctx.scalar(0.0), ctx.scalar(float(np.finfo(ctx.np_dtype).min)))
-    return op.Unsqueeze(bias, ctx.ints([1]))
+    """softmax(q k^T + bias) v with grouped heads, all 4-D: q [B, S, N, D] already rotated,
+    keys / values [B, kvN, T, D], bias [B, 1, S, T]. Returns [B, S, N*D]."""
+    op = ctx.op
+    heads, kv_heads, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+    q = op.Reshape(op.Transpose(query, perm=[0, 2, 1, 3]), ctx.ints([0, kv_heads, -1, dim]))
+    scores = op.MatMul(q, op.Transpose(keys, perm=[0, 1, 3, 2]))  # Gemma 4's scale is 1.0
+    scores = op.Reshape(scores, ctx.ints([0, heads, -1, 0]))  # [B, N, S, T]
+    if ctx.dtype != F32:
+        scores = op.Cast(scores, to=F32)
+    probs = op.Softmax(op.Add(scores, bias), axis=-1)
+    if ctx.dtype != F32:
+        probs = op.Cast(probs, to=ctx.dtype)
+    out = op.MatMul(op.Reshape(probs, ctx.ints([0, kv_heads, -1, 0])), values)
+    out = op.Transpose(op.Reshape(out, ctx.ints([0, heads, -1, dim])), perm=[0, 2, 1, 3])
+    return op.Reshape(out, ctx.ints([0, 0, heads * dim]))
 
 
 def gqa(
@@ -124,31 +214,33 @@ def gqa(
     past_key: ir.Value,
     past_value: ir.Value,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GroupQueryAttention with rotary inside; queries [B, S, N*D], keys [B, S, kvN*D].
-
-    Sliding layers use ``local_window_size`` where the EP honours it, else the
-    precomputed window bias (then the attribute is left unset).
-    """
+    """GroupQueryAttention (rotary inside); ``key=None`` for a KV-shared layer, whose
+    ``past_*`` are then the producer's present KV."""
+    if ctx.caps.explicit_attention_over_cache:
+        return _cached(ctx, layer, inputs, query, key, value, past_key, past_value)
     kv_width = layer.num_kv_heads * layer.head_dim
     if key is None or value is None:
         if kv_width not in inputs.empty_kv:
-            inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.batch_ids, kv_width)
+            inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.input_ids, kv_width)
         key = value = inputs.empty_kv[kv_width]
-    cos, sin = inputs.rope[layer.attention]
-    bias = inputs.bias.get(layer.attention)
-    window = ctx.spec.sliding_window if layer.attention == "sliding" and bias is None else -1
+    window = ctx.spec.sliding_window if layer.attention == "sliding" else -1
+    return _gqa_node(ctx, layer, inputs, query, key, value, past_key, past_value, window)
+
+
+def _gqa_node(
+    ctx: BuildContext,
+    layer: LayerSpec,
+    inputs: AttentionInputs,
+    query: ir.Value,
+    key: ir.Value,
+    value: ir.Value,
+    past_key: ir.Value,
+    past_value: ir.Value,
+    window: int,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    cos, sin = inputs.caches[layer.attention]
     out, present_key, present_value = ctx.ms.GroupQueryAttention(
-        query,
-        key,
-        value,
-        past_key,
-        past_value,
-        inputs.seqlens_k,
-        inputs.total_length,
-        cos,
-        sin,
-        None,  # position_ids: derived from seqlens_k
-        bias,
+        query, key, value, past_key, past_value, inputs.seqlens_k, inputs.total_length, cos, sin,
         num_heads=ctx.spec.num_attention_heads,
         kv_num_heads=layer.num_kv_heads,
         scale=1.0,
@@ -156,8 +248,60 @@ def gqa(
         rotary_interleaved=0,
         local_window_size=window,
         _outputs=3,
-    )
+    )  # fmt: skip
     return out, present_key, present_value
+
+
+def _cached(
+    ctx: BuildContext,
+    layer: LayerSpec,
+    inputs: AttentionInputs,
+    query: ir.Value,
+    key: ir.Value | None,
+    value: ir.Value | None,
+    past_key: ir.Value,
+    past_value: ir.Value,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """GQA writes the cache (its attention output is unused); attention is explicit over
+    the whole KV buffer, masked by positions."""
+    op = ctx.op
+    heads, dim = ctx.spec.num_attention_heads, layer.head_dim
+    if key is not None and value is not None:
+        _, keys, values = _gqa_node(ctx, layer, inputs, query, key, value, past_key,
+                                    past_value, -1)  # fmt: skip
+    else:
+        keys, values = past_key, past_value
+    if layer.attention not in inputs.bias:
+        inputs.bias[layer.attention] = _buffer_bias(ctx, layer, inputs, keys)
+    q = _rotate(
+        ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), inputs.rope_rows[layer.attention]
+    )
+    out = _explicit(ctx, layer, q, keys, values, inputs.bias[layer.attention])
+    return out, keys, values
+
+
+def _buffer_bias(
+    ctx: BuildContext, layer: LayerSpec, inputs: AttentionInputs, keys: ir.Value
+) -> ir.Value:
+    """[B, 1, S, L] mask over a KV buffer of length L, whose slot j holds position j:
+    causal, within the sliding window for sliding layers. L is read from the buffer's
+    values (NaN-safe ones along it), never from Shape."""
+    op = ctx.op
+    index_0 = _scalar(ctx, 0, np.int64, "index_0")
+    row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
+    same = op.Equal(row, row)
+    ones = op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
+    key_positions = _running_index(ctx, ones)  # [B, L]
+    assert inputs.query_positions is not None
+    distance = op.Sub(
+        op.Unsqueeze(inputs.query_positions, ctx.ints([2])),
+        op.Unsqueeze(key_positions, ctx.ints([1])),
+    )  # [B, S, L]
+    allowed = op.GreaterOrEqual(distance, _scalar(ctx, 0.0, np.float32, "zero_f32"))
+    if layer.attention == "sliding":
+        window = _scalar(ctx, float(ctx.spec.sliding_window), np.float32, "window_f32")
+        allowed = op.And(allowed, op.Less(distance, window))
+    return op.Unsqueeze(_additive(ctx, allowed), ctx.ints([1]))
 
 
 def _empty_kv(ctx: BuildContext, input_ids: ir.Value, width: int) -> ir.Value:
@@ -173,70 +317,6 @@ def _empty_kv(ctx: BuildContext, input_ids: ir.Value, width: int) -> ir.Value:
     return op.Cast(zeros, to=ctx.dtype)
 
 
-# ---------------------------------------------------------------------------- standard
-
-
-def standard_inputs(
-    ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value
-) -> AttentionInputs:
-    """Positions, RoPE rows and additive masks for the standard path, once per graph."""
-    op = ctx.op
-    total = op.Shape(attention_mask, start=1, end=2)  # [1]
-    seq = op.Shape(input_ids, start=1, end=2)
-    past = op.Sub(total, seq)
-    positions = op.Range(
-        op.Squeeze(past), op.Squeeze(total), ctx.const(np.array(1, dtype=np.int64))
-    )
-    key_positions = op.Range(
-        ctx.const(np.array(0, dtype=np.int64)),
-        op.Squeeze(total),
-        ctx.const(np.array(1, dtype=np.int64)),
-    )
-    distance = op.Sub(
-        op.Unsqueeze(positions, ctx.ints([1])), op.Unsqueeze(key_positions, ctx.ints([0]))
-    )
-    causal = op.GreaterOrEqual(distance, ctx.const(np.array(0, dtype=np.int64)))
-    keep = op.Unsqueeze(
-        op.Equal(attention_mask, ctx.const(np.array(1, dtype=attention_mask_np(attention_mask)))),
-        ctx.ints([1, 2, 3]),
-    )  # [B, 1, 1, 1, T]
-    inputs = AttentionInputs(batch_ids=input_ids, positions=positions)
-    for kind in _kinds(ctx):
-        allowed = causal
-        if kind == "sliding":
-            within = op.Less(distance, ctx.const(np.array(ctx.spec.sliding_window, dtype=np.int64)))
-            allowed = op.And(causal, within)
-        allowed = op.And(op.Unsqueeze(allowed, ctx.ints([0, 1, 2])), keep)  # [B, 1, 1, S, T]
-        inputs.bias[kind] = op.Where(
-            allowed,
-            ctx.const(np.array(0.0, dtype=np.float32)),
-            ctx.const(np.array(np.finfo(np.float32).min, dtype=np.float32)),
-        )
-        cos, sin = rope_caches(ctx, kind)
-        inputs.rope[kind] = (_rope_rows(ctx, cos, positions), _rope_rows(ctx, sin, positions))
-    return inputs
-
-
-def attention_mask_np(mask: ir.Value) -> type:
-    return np.int32 if mask.dtype == ir.DataType.INT32 else np.int64
-
-
-def _rope_rows(ctx: BuildContext, cache: ir.Value, positions: ir.Value) -> ir.Value:
-    """cos or sin rows for the positions, doubled for rotate_half: [1, S, 1, D]."""
-    rows = ctx.op.Gather(cache, positions, axis=0)  # [S, D/2]
-    doubled = ctx.op.Concat(rows, rows, axis=-1)
-    return ctx.op.Unsqueeze(doubled, ctx.ints([0, 2]))
-
-
-def _rotate(ctx: BuildContext, x: ir.Value, rope: tuple[ir.Value, ir.Value]) -> ir.Value:
-    """x * cos + rotate_half(x) * sin for x [B, S, heads, D]."""
-    op = ctx.op
-    cos, sin = rope
-    first, second = op.Split(x, axis=-1, num_outputs=2, _outputs=2)
-    rotated = op.Concat(op.Neg(second), first, axis=-1)
-    return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
-
-
 def standard(
     ctx: BuildContext,
     layer: LayerSpec,
@@ -247,15 +327,11 @@ def standard(
     past_key: ir.Value,
     past_value: ir.Value,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """MatMul / Softmax attention with Concat-grown KV; queries [B, S, N*D].
-
-    For a shared layer, ``past_key`` / ``past_value`` are the producer's present KV.
-    """
+    """Standard ONNX attention with a Concat-grown cache; for a shared layer ``past_*``
+    are the producer's present KV."""
     op = ctx.op
-    spec = ctx.spec
-    heads, kv_heads, dim = spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
-    groups = heads // kv_heads
-    rope = inputs.rope[layer.attention]
+    heads, kv_heads, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+    rope = inputs.rope_rows[layer.attention]
     q = _rotate(ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), rope)
     if key is not None and value is not None:
         k = _rotate(ctx, op.Reshape(key, ctx.ints([0, 0, kv_heads, dim])), rope)
@@ -264,24 +340,5 @@ def standard(
         present_value = op.Concat(past_value, op.Transpose(v, perm=[0, 2, 1, 3]), axis=2)
     else:
         present_key, present_value = past_key, past_value
-    # Group queries by KV head: [B, kvN, G, S, D] against [B, kvN, 1, T, D].
-    q5 = op.Reshape(op.Transpose(q, perm=[0, 2, 1, 3]), ctx.ints([0, kv_heads, groups, -1, dim]))
-    k5 = op.Unsqueeze(op.Transpose(present_key, perm=[0, 1, 3, 2]), ctx.ints([2]))
-    scores = op.MatMul(q5, k5)  # Gemma 4's attention scale is 1.0
-    if ctx.dtype != ir.DataType.FLOAT:
-        scores = op.Cast(scores, to=ir.DataType.FLOAT)
-    probs = op.Softmax(op.Add(scores, inputs.bias[layer.attention]), axis=-1)
-    if ctx.dtype != ir.DataType.FLOAT:
-        probs = op.Cast(probs, to=ctx.dtype)
-    out = op.MatMul(probs, op.Unsqueeze(present_value, ctx.ints([2])))  # [B, kvN, G, S, D]
-    out = op.Reshape(out, ctx.ints([0, heads, -1, dim]))
-    out = op.Reshape(op.Transpose(out, perm=[0, 2, 1, 3]), ctx.ints([0, 0, heads * dim]))
+    out = _explicit(ctx, layer, q, present_key, present_value, inputs.bias[layer.attention])
     return out, present_key, present_value
-
-
-def _kinds(ctx: BuildContext) -> list[AttentionKind]:
-    kinds: list[AttentionKind] = []
-    for layer in ctx.spec.layers:
-        if layer.attention not in kinds:
-            kinds.append(layer.attention)
-    return kinds

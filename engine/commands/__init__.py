@@ -6,4 +6,6 @@ COMMAND_MODULES = (
     "engine.commands.info",
     "engine.commands.plan",
     "engine.commands.audit",
+    "engine.commands.bench",
+    "engine.commands.verify",
 )

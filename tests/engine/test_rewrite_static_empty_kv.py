@@ -97,17 +97,7 @@ def test_webgpu_decoder_has_no_dynamic_shape_ops(preset: str):
         load_preset(preset), ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4)
     )
     model = build_decoder(export_plan)
-    applied = apply_rewrites(model, export_plan.caps)
-    shared = export_plan.spec.num_kv_shared_layers
-    assert (
-        applied
-        == {
-            "static_empty_kv": len(
-                {x.num_kv_heads * x.head_dim for x in export_plan.spec.layers if not x.owns_kv}
-            )
-        }
-        and shared > 0
-    )
+    apply_rewrites(model, export_plan.caps)
     ops = [node.op_type for node in model.graph]
     for op in ("Shape", "ConstantOfShape", "Slice", "Squeeze"):
         assert ops.count(op) == 0, op
@@ -120,19 +110,22 @@ def test_cpu_graph_is_not_rewritten():
     assert any(node.op_type == "ConstantOfShape" for node in model.graph)
 
 
-def save(export_plan, model: ir.Model, folder: Path) -> Path:
+def save(model: ir.Model, folder: Path) -> Path:
     folder.mkdir()
     ir.save(model, folder / "model.onnx", external_data="model.onnx.data")
     return folder
 
 
 def test_rewritten_graph_gives_identical_outputs_on_cpu(tmp_path: Path):
-    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="webgpu", dtype="fp32"))
+    """A GQA graph with KV-shared layers (empty keys built dynamically) before and after
+    the rule family: bit-identical logits over a prefill and 16 decode steps (batch 1)."""
+    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="cpu"))
     plain = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
     rewritten = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
-    assert apply_rewrites(rewritten, export_plan.caps)["static_empty_kv"] > 0
-    a = save(export_plan, plain, tmp_path / "plain")
-    b = save(export_plan, rewritten, tmp_path / "rewritten")
+    assert rules.apply_to_model(rewritten) == 2  # one empty K/V per KV width (16*2, 32*2)
+    assert not any(node.op_type == "ConstantOfShape" for node in rewritten.graph)
+    a = save(plain, tmp_path / "plain")
+    b = save(rewritten, tmp_path / "rewritten")
     prompt = [3, 9, 27, 81, 243, 17, 51, 153, 459, 353]
     tokens_a, logits_a = ort_greedy(a, prompt, 16)
     tokens_b, logits_b = ort_greedy(b, prompt, 16)

@@ -1,0 +1,140 @@
+"""``bench``: load time, time to first token, prefill and decode tokens/s of a package."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.commands._args import print_json, progress_bar
+from engine.errors import CancelledError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("bench", help="benchmark a package (tokens/s, TTFT, capture on/off)")
+    parser.add_argument("package", metavar="PACKAGE", help="package folder")
+    parser.add_argument(
+        "--runtime",
+        choices=("ort", "genai"),
+        default="ort",
+        help="our onnxruntime loop (ort) or onnxruntime-genai",
+    )
+    parser.add_argument("--ep", default=None, help="execution provider (default: the package's)")
+    parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
+    parser.add_argument(
+        "--new-tokens", type=int, default=64, help="tokens to generate (default 64)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument(
+        "--graph-capture",
+        choices=("auto", "on", "off", "both"),
+        default="auto",
+        help="both = off and on side by side; auto = both where the EP can capture, else off",
+    )
+    parser.add_argument(
+        "--kv-mode",
+        choices=("auto", "shared", "growing"),
+        default="auto",
+        help="ort runtime: shared preallocated KV buffer or growing KV",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.runtime.bench import BenchConfig, compare_capture, run_bench, validate_capture
+    from engine.runtime.package import open_package
+
+    package = open_package(args.package)
+    config = BenchConfig(
+        runtime=args.runtime,
+        ep=args.ep,
+        prompt_length=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        kv_mode=args.kv_mode,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    mode = args.graph_capture
+    if mode == "auto":
+        mode = "both" if _can_capture(package, args.ep) else "off"
+    with progress_bar(args.quiet or args.json) as progress:
+        try:
+            if mode == "both":
+                comparison = compare_capture(package, config, progress=progress)
+                data = comparison.to_json()
+                results = [comparison.off] + ([comparison.on] if comparison.on else [])
+                check = comparison.agreement
+                error = comparison.error
+            else:
+                result, first = run_bench(
+                    package,
+                    config,
+                    graph_capture=mode == "on",
+                    keep_logits=mode == "on",
+                    progress=progress,
+                )
+                check = validate_capture(package, config, first) if mode == "on" else None
+                data = result.to_json()
+                data["capture_check"] = check.to_json() if check else None
+                results, error = [result], None
+        except KeyboardInterrupt:
+            raise CancelledError("interrupted") from None
+    if args.json:
+        print_json(data)
+    else:
+        _print_table(results, check, error)
+    return 1 if check is not None and not check.same_tokens else 0
+
+
+def _can_capture(package: Any, ep: str | None) -> bool:
+    from engine.caps import get_caps
+    from engine.runtime.session import traits
+
+    caps = get_caps(ep or package.ep)
+    return (
+        caps.graph_capture
+        and package.share_buffer
+        and bool(traits(caps.ort_provider).capture_option)
+    )
+
+
+def _print_table(results: list[Any], check: Any, error: str | None) -> None:
+    first = results[0]
+    print(f"package  {first.package}")
+    print(
+        f"runtime  {first.runtime}   EP {first.ep}   ran on {first.provider}   "
+        f"KV {first.kv_mode}   prompt {first.prompt_length}   new tokens {first.new_tokens}"
+    )
+    header = f"{'capture':<8} {'load s':>7} {'TTFT ms':>8} {'prefill tok/s':>14} "
+    print(header + f"{'decode tok/s (min-max)':>26} {'peak RSS':>10}")
+    for r in results:
+        spread = f"{r.decode_tokens_per_second_min:.1f}-{r.decode_tokens_per_second_max:.1f}"
+        print(
+            f"{'on' if r.graph_capture else 'off':<8} {r.load_seconds:>7.2f} "
+            f"{r.time_to_first_token_seconds * 1e3:>8.1f} {r.prefill_tokens_per_second:>14.1f} "
+            f"{r.decode_tokens_per_second:>12.1f} ({spread:>11}) "
+            f"{r.peak_rss_bytes / 2**20:>7.0f} MiB"
+        )
+        for note in r.notes:
+            print(f"  note: {note}")
+    if len(results) == 2 and results[0].decode_tokens_per_second:
+        ratio = results[1].decode_tokens_per_second / results[0].decode_tokens_per_second
+        print(f"capture speed-up: {ratio:.2f}x decode")
+    if check is not None:
+        verdict = (
+            "same tokens" if check.same_tokens else f"DIFFERENT from step {check.first_difference}"
+        )
+        diff = (
+            ""
+            if check.max_abs_logit_diff is None
+            else f", max logit diff {check.max_abs_logit_diff:.3g}"
+        )
+        print(f"capture vs no capture: {verdict}{diff}")
+    if error:
+        print(f"capture run not done: {error}")

@@ -1,0 +1,69 @@
+"""``verify``: compare a package with transformers on its source checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.commands._args import print_json, progress_bar
+from engine.errors import CancelledError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "verify", help="compare a package with transformers (logits per step, greedy tokens)"
+    )
+    parser.add_argument("package", metavar="PACKAGE", help="package folder")
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        required=True,
+        help="the Hugging Face checkpoint the package was exported from",
+    )
+    parser.add_argument("--steps", type=int, default=16, help="generated positions (default 16)")
+    parser.add_argument("--prompt-len", type=int, default=12, help="random prompt length")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    parser.add_argument("--ep", default="cpu", help="EP to run the package on (default cpu)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.runtime.verify import verify
+
+    with progress_bar(args.quiet or args.json) as progress:
+        try:
+            result = verify(
+                args.package,
+                args.model,
+                steps=args.steps,
+                prompt_length=args.prompt_len,
+                seed=args.seed,
+                ep=args.ep,
+                progress=progress,
+            )
+        except KeyboardInterrupt:
+            raise CancelledError("interrupted") from None
+    if args.json:
+        print_json(result.to_json())
+        return 0 if result.passed else 1
+    kind = "quantized" if result.quantized else (result.dtype or "float")
+    print(f"package  {result.package} ({kind}, ran on {result.provider})")
+    print(f"model    {result.model}")
+    print(f"{'step':>4} {'ref':>7} {'pkg':>7} {'max |diff|':>11} {'rel':>9} {'cosine':>8}")
+    for s in result.steps:
+        mark = "" if s.package_token == s.reference_token else f"  <- margin {s.margin:.3g}"
+        print(
+            f"{s.step:>4} {s.reference_token:>7} {s.package_token:>7} {s.max_abs_diff:>11.3g} "
+            f"{s.rel_diff:>9.3g} {s.cosine:>8.5f}{mark}"
+        )
+    print(
+        f"max |diff| {result.max_abs_diff:.3g} (relative {result.max_rel_diff:.3g}), "
+        f"min cosine {result.min_cosine:.5f}, top-1 agreement {result.agreement:.0%}, "
+        f"greedy tokens {'identical' if result.greedy_tokens_identical else 'differ'}"
+    )
+    if result.passed:
+        print("verdict: PASS")
+        return 0
+    print("verdict: FAIL - " + "; ".join(result.reasons))
+    return 1

@@ -1,0 +1,361 @@
+"""Benchmarks of a package as typed records: load time, TTFT, prefill and decode tok/s.
+
+A benchmark loads the package once, runs ``warmup`` untimed generations (graph capture
+records during these), then ``repeats`` timed greedy generations of ``new_tokens`` tokens
+after a seeded random prompt of ``prompt_length`` tokens. Decode tok/s is reported as
+the median over repeats with its min and max; the tokens of the timed runs must agree.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from engine.progress import CancelToken, Progress, no_progress, sub_progress
+from engine.runtime.bench_record import (
+    BenchConfig,
+    BenchResult,
+    CaptureComparison,
+    Outcome,
+    RuntimeName,
+)
+from engine.runtime.generation import Agreement, Generation, compare
+from engine.runtime.package import Package, open_package
+
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "BenchSession",
+    "CaptureComparison",
+    "Outcome",
+    "RuntimeName",
+    "bench",
+    "bench_prompt",
+    "compare_capture",
+    "interleave",
+    "run_bench",
+    "validate_capture",
+]
+
+
+def bench_prompt(vocab_size: int, length: int, seed: int = 0) -> list[int]:
+    """A seeded random prompt avoiding the first few (special) ids."""
+    low = min(4, max(vocab_size - 1, 0))
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(low, max(vocab_size, low + 1), size=length)]
+
+
+class BenchSession:
+    """One loaded runtime under benchmark: warm-up and timed runs, then a record.
+
+    Sessions can be interleaved (A, B, A, B, ...) so that drift on a shared machine
+    hits every setting alike.
+    """
+
+    def __init__(self, package: Package, config: BenchConfig, graph_capture: bool) -> None:
+        self.package = package
+        self.config = config
+        self.graph_capture = graph_capture
+        self._generate, self.runner = _open(package, config, graph_capture)
+        self.prompt = bench_prompt(package.vocab_size, config.prompt_length, config.seed)
+        self.runs: list[Generation] = []
+
+    @property
+    def label(self) -> str:
+        return f"{self.config.runtime}{' + capture' if self.graph_capture else ''}"
+
+    def run(self, timed: bool, cancel: CancelToken | None = None) -> None:
+        """One generation; kept for the record when ``timed``."""
+        run = self._generate(self.prompt, self.config.new_tokens, cancel=cancel)
+        if timed:
+            self.runs.append(run)
+
+    def reference(self, cancel: CancelToken | None = None) -> Generation:
+        """An extra untimed run with logits (reading them every step slows a timed run)."""
+        return self._generate(self.prompt, self.config.new_tokens, keep_logits=True, cancel=cancel)
+
+    def result(self, peak_rss_scope: Literal["benchmark", "process"]) -> BenchResult:
+        runs, config, runner = self.runs, self.config, self.runner
+        notes: list[str] = []
+        if any(r.tokens != runs[0].tokens for r in runs):
+            notes.append("timed runs produced different tokens: the runtime is not deterministic")
+        if config.runtime == "genai":
+            notes.append("onnxruntime-genai does not report node placement; provider as requested")
+        placement = getattr(runner, "placement", None)
+        if placement is not None and placement.fallback_ops:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(placement.fallback_ops.items()))
+            notes.append(f"nodes that ran on the CPU instead: {ops}")
+        decode = [r.decode_tokens_per_second for r in runs]
+        share = "shared" if self.package.share_buffer else "growing"
+        return BenchResult(
+            package=str(self.package.path),
+            runtime=config.runtime,
+            ep=runner.ep,
+            provider=str(getattr(runner, "provider", "")),
+            graph_capture=self.graph_capture,
+            kv_mode=str(getattr(runner, "kv_mode", share)),
+            prompt_length=config.prompt_length,
+            new_tokens=config.new_tokens,
+            repeats=len(runs),
+            warmup=config.warmup,
+            load_seconds=runner.load_seconds,
+            time_to_first_token_seconds=statistics.median(r.first_token_seconds for r in runs),
+            prefill_tokens_per_second=statistics.median(r.prefill_tokens_per_second for r in runs),
+            decode_tokens_per_second=statistics.median(decode),
+            decode_tokens_per_second_min=min(decode),
+            decode_tokens_per_second_max=max(decode),
+            decode_tokens_per_second_runs=tuple(decode),
+            peak_rss_bytes=_peak_rss(),
+            peak_rss_scope=peak_rss_scope,
+            tokens=runs[0].tokens,
+            placement=placement.to_json() if placement is not None else None,
+            notes=tuple(notes),
+        )
+
+    def close(self) -> None:
+        del self._generate, self.runner
+        gc.collect()
+
+
+def bench(
+    package: Package | str | os.PathLike[str],
+    *,
+    runtime: RuntimeName = "ort",
+    ep: str | None = None,
+    prompt_length: int = 128,
+    new_tokens: int = 64,
+    repeats: int = 3,
+    warmup: int = 1,
+    graph_capture: bool = False,
+    threads: int | None = None,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> BenchResult:
+    """Benchmark a package: the keyword-argument entry point for scripts and the app.
+
+    Raises:
+        EngineError: A package, EP or option problem, with what to do about it.
+    """
+    config = BenchConfig(
+        runtime=runtime,
+        ep=ep,
+        prompt_length=prompt_length,
+        new_tokens=new_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+    )
+    result, _ = run_bench(
+        package, config, graph_capture=graph_capture, progress=progress, cancel=cancel
+    )
+    return result
+
+
+def run_bench(
+    package: Package | str | os.PathLike[str],
+    config: BenchConfig | None = None,
+    *,
+    graph_capture: bool = False,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+    keep_logits: bool = False,
+) -> tuple[BenchResult, Generation]:
+    """Benchmark one setting; returns the record and a generation of the same prompt
+    (the first timed one, or with ``keep_logits`` an extra untimed one with logits).
+
+    Raises:
+        EngineError: A package, EP or option problem, with what to do about it.
+    """
+    config = config or BenchConfig()
+    cancel = cancel or CancelToken()
+    pkg = package if isinstance(package, Package) else open_package(package)
+    scope: Literal["benchmark", "process"] = "benchmark" if _reset_peak_rss() else "process"
+    progress(0.0, f"loading ({config.runtime}{' + capture' if graph_capture else ''})")
+    session = BenchSession(pkg, config, graph_capture)
+    cancel.raise_if_cancelled()
+    total_runs = config.warmup + config.repeats
+    for i in range(total_runs):
+        timed = i >= config.warmup
+        step = f"{'run' if timed else 'warm-up'} {i + 1}/{total_runs}"
+        progress(0.1 + 0.9 * i / total_runs, step)
+        session.run(timed, cancel)
+    reference = session.runs[0]
+    if keep_logits:
+        progress(0.98, "reference run with logits")
+        reference = session.reference(cancel)
+    progress(1.0, "done")
+    result = session.result(scope)
+    session.close()
+    return result, reference
+
+
+def interleave(
+    package: Package | str | os.PathLike[str],
+    settings: Sequence[tuple[BenchConfig, bool]],
+    *,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> list[Outcome]:
+    """Benchmark several (config, capture) settings at once, runs alternating A, B, A, B.
+
+    All settings are loaded together; each is warmed up, then every repeat runs each
+    setting once in turn. A setting that fails to load or run is dropped with its error.
+    Peak RSS is the process's (shared by all settings).
+    """
+    from engine.errors import CancelledError, EngineError
+
+    cancel = cancel or CancelToken()
+    pkg = package if isinstance(package, Package) else open_package(package)
+    _reset_peak_rss()
+    sessions: dict[int, BenchSession] = {}
+    errors: dict[int, str] = {}
+
+    def guarded(index: int, action: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return action(*args)
+        except CancelledError:
+            raise
+        except EngineError as exc:
+            errors[index] = str(exc)
+            sessions.pop(index, None)
+            return None
+
+    for i, (config, capture) in enumerate(settings):
+        progress(0.3 * i / len(settings), f"loading {config.runtime}{' + capture' * capture}")
+        session = guarded(i, BenchSession, pkg, config, capture)
+        if session is not None:
+            sessions[i] = session
+    rounds = max(c.warmup + c.repeats for c, _ in settings)
+    for r in range(rounds):
+        progress(0.3 + 0.6 * r / rounds, f"round {r + 1}/{rounds}")
+        for i, session in list(sessions.items()):
+            if r < session.config.warmup + session.config.repeats:
+                guarded(i, session.run, r >= session.config.warmup, cancel)
+    references: dict[int, Generation] = {}
+    for i, session in list(sessions.items()):
+        reference = guarded(i, session.reference, cancel)
+        if reference is not None:
+            references[i] = reference
+    progress(1.0, "done")
+    outcomes = []
+    for i, (config, capture) in enumerate(settings):
+        done = sessions.get(i)
+        result = done.result("process") if done is not None else None
+        outcomes.append(Outcome(config.runtime, capture, result, references.get(i), errors.get(i)))
+    for session in sessions.values():
+        session.close()
+    return outcomes
+
+
+def compare_capture(
+    package: Package | str | os.PathLike[str],
+    config: BenchConfig | None = None,
+    *,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> CaptureComparison:
+    """Capture off, then on, on the same prompt; the capture run validated against off.
+
+    A capture run that fails (the EP refuses capture for this graph) is reported in
+    ``error`` rather than raised, so the capture-off numbers are still returned.
+    """
+    from engine.errors import CancelledError, EngineError
+
+    pkg = package if isinstance(package, Package) else open_package(package)
+    off, off_run = run_bench(
+        pkg,
+        config,
+        graph_capture=False,
+        keep_logits=True,
+        progress=sub_progress(progress, 0.0, 0.5),
+        cancel=cancel,
+    )
+    try:
+        on, on_run = run_bench(
+            pkg,
+            config,
+            graph_capture=True,
+            keep_logits=True,
+            progress=sub_progress(progress, 0.5, 1.0),
+            cancel=cancel,
+        )
+    except CancelledError:
+        raise
+    except EngineError as exc:
+        return CaptureComparison(off=off, on=None, agreement=None, error=str(exc))
+    return CaptureComparison(off=off, on=on, agreement=compare(off_run, on_run))
+
+
+def validate_capture(
+    package: Package | str | os.PathLike[str],
+    config: BenchConfig,
+    capture_run: Generation,
+    cancel: CancelToken | None = None,
+) -> Agreement:
+    """Rerun the capture run's prompt without capture and compare tokens and logits."""
+    pkg = package if isinstance(package, Package) else open_package(package)
+    generate, runner = _open(pkg, config, graph_capture=False)
+    prompt = bench_prompt(pkg.vocab_size, config.prompt_length, config.seed)
+    plain = generate(prompt, config.new_tokens, keep_logits=True, cancel=cancel)
+    del generate, runner
+    gc.collect()
+    return compare(plain, capture_run)
+
+
+def _open(
+    pkg: Package, config: BenchConfig, graph_capture: bool
+) -> tuple[Callable[..., Generation], Any]:
+    max_length = config.prompt_length + config.new_tokens
+    if config.runtime == "genai":
+        from engine.runtime.genai_runner import GenaiRunner
+
+        genai = GenaiRunner(pkg, ep=config.ep, graph_capture=graph_capture, threads=config.threads)
+        return genai.generate, genai
+    from engine.runtime.runner import Runner, RunnerOptions
+
+    runner = Runner(
+        pkg,
+        RunnerOptions(
+            ep=config.ep,
+            kv_mode=config.kv_mode,
+            graph_capture=graph_capture,
+            max_length=max_length,
+            threads=config.threads,
+        ),
+    )
+    return runner.generate, runner
+
+
+_STATUS = Path("/proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter for this process (Linux); False if unsupported."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss() -> int:
+    """Peak resident set size in bytes (VmHWM on Linux, else ru_maxrss)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)

@@ -1,0 +1,126 @@
+"""Tensors that live on the EP's device at fixed addresses and are rewritten in place.
+
+Graph capture replays recorded work on the buffers it saw while capturing, without
+looking at the run's feeds again, so inputs must be written into the *same* device
+buffers before each replay. ``IOBinding.bind_cpu_input`` uploads into a fresh buffer each
+time (right only when the allocator happens to reuse the old one), and the WebGPU Python
+package cannot create device OrtValues from numpy. Where that is refused, a tiny
+``Identity`` session on the same EP writes host arrays into the pinned device buffers:
+its outputs are bound to them, so every run overwrites them in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from engine.errors import RuntimeUnavailableError
+
+_ONNX_TYPES = {
+    np.dtype(np.float32): 1,
+    np.dtype(np.int32): 6,
+    np.dtype(np.int64): 7,
+    np.dtype(np.float16): 10,
+}
+
+
+class StaticTensors:
+    """Named device tensors of fixed shape and dtype, written from host arrays.
+
+    Args:
+        specs: name -> (shape, numpy dtype).
+        device: IOBinding device name ("cpu", "cuda", "webgpu", ...).
+        provider: The onnxruntime provider that owns the device.
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        device: str,
+        provider: str,
+    ) -> None:
+        self.specs = {name: (tuple(shape), np.dtype(dt)) for name, (shape, dt) in specs.items()}
+        self.device = device
+        self.provider = provider
+        self.values: dict[str, Any] = {}
+        self._uploader: Any = None
+        self._binding: Any = None
+
+    def write(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Copy host arrays into the device tensors (allocating them on first use)."""
+        if not self.values:
+            self._allocate(arrays)
+            return
+        if self._uploader is None:
+            for name, array in arrays.items():
+                self.values[name].update_inplace(self._checked(name, array))
+            return
+        for name, array in arrays.items():
+            self._binding.bind_cpu_input(name, self._checked(name, array))
+        self._uploader.run_with_iobinding(self._binding)
+
+    def _checked(self, name: str, array: np.ndarray) -> np.ndarray:
+        shape, dtype = self.specs[name]
+        if array.shape != shape or array.dtype != dtype:
+            raise ValueError(
+                f"{name}: expected {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}"
+            )
+        return np.ascontiguousarray(array)
+
+    def _allocate(self, arrays: Mapping[str, np.ndarray]) -> None:
+        import onnxruntime as ort
+
+        missing = set(self.specs) - set(arrays)
+        if missing:
+            raise ValueError(f"first write must set every tensor; missing {sorted(missing)}")
+        try:
+            self.values = {
+                name: ort.OrtValue.ortvalue_from_numpy(
+                    self._checked(name, arrays[name]).copy(), self.device, 0
+                )
+                for name in self.specs
+            }
+            return
+        except (RuntimeError, ValueError, TypeError):
+            self.values = {}  # this package cannot allocate on the device: upload instead
+        self._uploader = identity_session(self.specs, self.provider)
+        self._binding = self._uploader.io_binding()
+        for name in self.specs:
+            self._binding.bind_cpu_input(name, self._checked(name, arrays[name]))
+            self._binding.bind_output(name + "_out", self.device)
+        self._uploader.run_with_iobinding(self._binding)
+        self.values = dict(zip(self.specs, self._binding.get_outputs(), strict=True))
+        for name, value in self.values.items():
+            self._binding.bind_ortvalue_output(name + "_out", value)
+
+
+def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], provider: str) -> Any:
+    """An onnxruntime session copying each input ``x`` to output ``x_out`` on ``provider``."""
+    import onnxruntime as ort
+
+    try:
+        from onnx import helper
+    except ImportError as exc:
+        raise RuntimeUnavailableError(
+            "the onnx package is needed to keep inputs on this EP's device; pip install onnx"
+        ) from exc
+    inputs, outputs, nodes = [], [], []
+    for name, (shape, dtype) in specs.items():
+        if dtype not in _ONNX_TYPES:
+            raise RuntimeUnavailableError(
+                f"{name}: {dtype} tensors cannot be uploaded by this runner; "
+                "use --runtime genai for this package"
+            )
+        elem = _ONNX_TYPES[dtype]
+        inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        outputs.append(helper.make_tensor_value_info(name + "_out", elem, list(shape)))
+        nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
+    graph = helper.make_graph(nodes, "upload", inputs, outputs)
+    # IR 10 / opset 21: onnxruntime-webgpu 1.27 refuses newer IR versions.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    providers = (
+        [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+    )
+    return ort.InferenceSession(model.SerializeToString(), providers=providers)

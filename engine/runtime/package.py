@@ -1,0 +1,240 @@
+"""A package folder opened for running: its genai_config read and its files checked.
+
+Opening fails early with a :class:`PackageError` that says what is wrong with the folder
+(not a package, unreadable genai_config, a session file or external-data file missing)
+instead of an onnxruntime error deep inside session creation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.caps import get_caps, list_eps
+from engine.errors import PackageError
+
+GENAI_CONFIG = "genai_config.json"
+MANIFEST = "export_studio.json"
+_BUILD_HINT = "build one with `python -m engine build ... OUT` and pass OUT"
+
+
+@dataclass(frozen=True)
+class IoNames:
+    """Session input / output names; the KV names are ``%d`` templates."""
+
+    input_ids: str = "input_ids"
+    attention_mask: str = "attention_mask"
+    past_key: str = "past_key_values.%d.key"
+    past_value: str = "past_key_values.%d.value"
+    logits: str = "logits"
+    present_key: str = "present.%d.key"
+    present_value: str = "present.%d.value"
+
+    def present_for(self, past: str) -> str:
+        """The present output that continues the cache of the past input ``past``."""
+        for past_t, present_t in (
+            (self.past_key, self.present_key),
+            (self.past_value, self.present_value),
+        ):
+            head, _, tail = past_t.partition("%d")
+            if past.startswith(head) and past.endswith(tail):
+                index = past[len(head) : len(past) - len(tail)]
+                return present_t.replace("%d", index)
+        raise KeyError(past)
+
+    def is_past(self, name: str) -> bool:
+        return any(_matches(t, name) for t in (self.past_key, self.past_value))
+
+
+def _matches(template: str, name: str) -> bool:
+    head, _, tail = template.partition("%d")
+    middle = name[len(head) : len(name) - len(tail)] if len(name) > len(head) + len(tail) else ""
+    return name.startswith(head) and name.endswith(tail) and middle.isdigit()
+
+
+@dataclass(frozen=True)
+class Package:
+    """A validated package folder (decoder-only LLM)."""
+
+    path: Path
+    decoder_file: Path
+    model_type: str
+    vocab_size: int
+    context_length: int
+    max_length: int
+    """search.max_length: the preallocated KV length in shared-buffer mode."""
+    share_buffer: bool
+    """search.past_present_share_buffer: past and present KV share one buffer."""
+    ep: str
+    """The EP the package was built for (short name: cpu, webgpu, ...)."""
+    io: IoNames
+    eos_token_ids: tuple[int, ...] = ()
+    graph_capture: bool = False
+    """Whether genai_config switches graph capture on for the decoder."""
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    manifest: Mapping[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def dtype(self) -> str | None:
+        """Activation dtype from the manifest (fp32, fp16, bf16), when known."""
+        options = (self.manifest or {}).get("options") or {}
+        value = options.get("dtype")
+        return str(value) if value else None
+
+    @property
+    def quantized(self) -> bool:
+        options = (self.manifest or {}).get("options") or {}
+        return bool(options.get("weight_bits") or options.get("embedding_bits"))
+
+
+def open_package(path: str | os.PathLike[str]) -> Package:
+    """Open a package folder and check that every file it names is there.
+
+    Raises:
+        PackageError: The folder is missing, is not a package, or names missing files.
+    """
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise PackageError(f"'{folder}' does not exist; {_BUILD_HINT}")
+    if not folder.is_dir():
+        raise PackageError(f"'{folder}' is a file, not a package folder; {_BUILD_HINT}")
+    config = _read_json(folder / GENAI_CONFIG, required=True) or {}
+    manifest = _read_json(folder / MANIFEST, required=False)
+    model = _section(config, "model", folder)
+    decoder = _section(model, "decoder", folder, prefix="model.")
+    filename = decoder.get("filename")
+    if not isinstance(filename, str) or not filename:
+        raise PackageError(
+            f"{folder / GENAI_CONFIG}: model.decoder.filename is missing; "
+            "the file must name the decoder's .onnx file"
+        )
+    _check_session_files(folder, model)
+    search = config.get("search") or {}
+    context = int(model.get("context_length") or search.get("max_length") or 0)
+    inputs = decoder.get("inputs") or {}
+    outputs = decoder.get("outputs") or {}
+    defaults = IoNames()
+    io = IoNames(
+        input_ids=inputs.get("input_ids", defaults.input_ids),
+        attention_mask=inputs.get("attention_mask", defaults.attention_mask),
+        past_key=inputs.get("past_key_names", defaults.past_key),
+        past_value=inputs.get("past_value_names", defaults.past_value),
+        logits=outputs.get("logits", defaults.logits),
+        present_key=outputs.get("present_key_names", defaults.present_key),
+        present_value=outputs.get("present_value_names", defaults.present_value),
+    )
+    eos = model.get("eos_token_id", ())
+    eos_ids = tuple(int(e) for e in eos) if isinstance(eos, list) else (int(eos),)
+    return Package(
+        path=folder.absolute(),
+        decoder_file=(folder / filename).absolute(),
+        model_type=str(model.get("type", "")),
+        vocab_size=int(model.get("vocab_size") or 0),
+        context_length=context,
+        max_length=int(search.get("max_length") or context),
+        share_buffer=bool(search.get("past_present_share_buffer", False)),
+        ep=_package_ep(decoder, manifest),
+        io=io,
+        eos_token_ids=eos_ids,
+        graph_capture=_capture_in_config(decoder),
+        config=config,
+        manifest=manifest,
+    )
+
+
+def _read_json(path: Path, *, required: bool) -> dict[str, Any] | None:
+    if not path.is_file():
+        if required:
+            raise PackageError(
+                f"'{path.parent}' is not a package: it has no {path.name}; {_BUILD_HINT}"
+            )
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PackageError(f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise PackageError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "fix the file or rebuild the package"
+        ) from exc
+    if not isinstance(data, dict):
+        raise PackageError(f"{path} must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _section(
+    data: Mapping[str, Any], key: str, folder: Path, prefix: str = ""
+) -> Mapping[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise PackageError(
+            f"{folder / GENAI_CONFIG}: the '{prefix}{key}' section is missing; "
+            "this is not a decoder package genai can run"
+        )
+    return value
+
+
+def _check_session_files(folder: Path, model: Mapping[str, Any]) -> None:
+    """Every session file named in genai_config exists, with its external data."""
+    missing: list[str] = []
+    for key, section in model.items():
+        if not isinstance(section, dict) or not isinstance(section.get("filename"), str):
+            continue
+        onnx_file = folder / section["filename"]
+        if not onnx_file.is_file():
+            missing.append(f"{section['filename']} (model.{key}.filename)")
+            continue
+        missing += [
+            f"{name} (external data of {onnx_file.name})" for name in _missing_data(onnx_file)
+        ]
+    if missing:
+        raise PackageError(
+            f"{folder / GENAI_CONFIG} names files the folder does not have: "
+            f"{', '.join(missing)}; copy the whole package folder or rebuild it"
+        )
+
+
+def _missing_data(onnx_file: Path) -> list[str]:
+    """External-data files an .onnx file refers to that are not beside it."""
+    try:
+        import onnx
+    except ImportError:  # a runtime-only environment: onnxruntime will report it instead
+        return []
+    try:
+        proto = onnx.load(str(onnx_file), load_external_data=False)
+    except Exception as exc:  # any parse failure means a damaged file
+        raise PackageError(f"{onnx_file} is not a readable ONNX model: {exc}") from exc
+    locations = {
+        entry.value
+        for tensor in proto.graph.initializer
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    return sorted(loc for loc in locations if not (onnx_file.parent / loc).is_file())
+
+
+def _package_ep(decoder: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> str:
+    options = (manifest or {}).get("options") or {}
+    if isinstance(options.get("ep"), str):
+        return str(options["ep"])
+    for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
+        for key in entry:
+            for ep in list_eps():
+                if get_caps(ep).genai_provider == key:
+                    return ep
+    return "cpu"
+
+
+def _capture_in_config(decoder: Mapping[str, Any]) -> bool:
+    for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
+        for options in entry.values():
+            for key in ("enableGraphCapture", "enable_cuda_graph", "enable_graph_capture"):
+                if str(options.get(key, "0")) == "1":
+                    return True
+    return False

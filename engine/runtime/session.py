@@ -1,0 +1,268 @@
+"""onnxruntime sessions for one EP, never silently on another, and which provider ran.
+
+An EP that this onnxruntime build does not offer is refused with
+:class:`RuntimeUnavailableError` (no fallback to the CPU). Because an offered EP can
+still hand every node to the CPU (WebGPU without an adapter does), the first run of a
+session is profiled and :func:`read_placement` counts the nodes each provider ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.caps import EpCapabilities, get_caps
+from engine.errors import OptionsError, RuntimeUnavailableError
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class ProviderTraits:
+    """How the Python onnxruntime API drives one provider."""
+
+    device: str
+    """IOBinding device name for outputs kept on the device."""
+    options_as_config_prefix: str | None = None
+    """Provider options are session config entries with this prefix (WebGPU's Python
+    package ignores the provider-options dict) instead of a provider-options dict."""
+    capture_option: str | None = None
+    """The option that switches graph capture on; None = no capture from Python."""
+    install_hint: str = ""
+
+
+_TRAITS: dict[str, ProviderTraits] = {
+    CPU: ProviderTraits(device="cpu"),
+    "WebGpuExecutionProvider": ProviderTraits(
+        device="webgpu",
+        options_as_config_prefix="ep.webgpuexecutionprovider.",
+        capture_option="enableGraphCapture",
+        install_hint=(
+            "install onnxruntime-webgpu in a separate virtual environment "
+            "(README: WebGPU runtime); it cannot share one with onnxruntime"
+        ),
+    ),
+    "CUDAExecutionProvider": ProviderTraits(
+        device="cuda",
+        capture_option="enable_cuda_graph",
+        install_hint="install onnxruntime-gpu (CUDA 12, cuDNN 9) instead of onnxruntime",
+    ),
+    "DmlExecutionProvider": ProviderTraits(
+        device="dml", install_hint="install onnxruntime-directml on Windows"
+    ),
+    "NvTensorRTRTXExecutionProvider": ProviderTraits(
+        device="cuda", install_hint="install onnxruntime with the TensorRT-RTX EP"
+    ),
+}
+
+
+def traits(provider: str) -> ProviderTraits:
+    """Traits of an onnxruntime provider name (unknown ones: no capture, device 'cpu')."""
+    return _TRAITS.get(provider, ProviderTraits(device="cpu"))
+
+
+def available_providers() -> list[str]:
+    """Providers this onnxruntime build offers; empty when onnxruntime is missing."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    return list(ort.get_available_providers())
+
+
+def require_provider(ep: str) -> EpCapabilities:
+    """The capabilities of ``ep`` after checking onnxruntime offers its provider.
+
+    Raises:
+        OptionsError: ``ep`` is not a known EP name.
+        RuntimeUnavailableError: onnxruntime is missing or lacks the provider.
+    """
+    caps = get_caps(ep)
+    offered = available_providers()
+    if not offered:
+        raise RuntimeUnavailableError(
+            "onnxruntime is not installed; install it (pip install onnxruntime) "
+            "or, for WebGPU, onnxruntime-webgpu"
+        )
+    if caps.ort_provider not in offered:
+        hint = traits(caps.ort_provider).install_hint
+        raise RuntimeUnavailableError(
+            f"the {caps.display_name} EP ({caps.ort_provider}) is not available in this "
+            f"onnxruntime (it offers {', '.join(offered)}); "
+            + (f"{hint}, or " if hint else "")
+            + "run on an EP listed there with --ep"
+        )
+    return caps
+
+
+@dataclass(frozen=True)
+class SessionHandle:
+    """An onnxruntime session and how it was made."""
+
+    session: Any
+    ep: str
+    provider: str
+    device: str
+    graph_capture: bool
+    load_seconds: float
+    profiling: bool = False
+
+
+def create_session(
+    model_file: str | os.PathLike[str],
+    ep: str,
+    *,
+    graph_capture: bool = False,
+    provider_options: Mapping[str, str] | None = None,
+    profile_first_run: bool = True,
+    threads: int | None = None,
+) -> SessionHandle:
+    """A session on exactly one EP (plus the CPU for what the EP declines).
+
+    Args:
+        model_file: The decoder .onnx file.
+        ep: Short EP name (cpu, webgpu, cuda, ...).
+        graph_capture: Switch the EP's graph capture on.
+        provider_options: Options from genai_config for this EP (capture excluded).
+        profile_first_run: Profile so :func:`read_placement` can tell who ran the nodes.
+        threads: intra-op threads (None: onnxruntime's default).
+
+    Raises:
+        RuntimeUnavailableError: The EP is not available or refuses the model.
+        OptionsError: Graph capture was asked for on an EP that cannot do it here.
+    """
+    import onnxruntime as ort
+
+    caps = require_provider(ep)
+    provider = caps.ort_provider
+    trait = traits(provider)
+    if graph_capture and (trait.capture_option is None or not caps.graph_capture):
+        raise OptionsError(
+            f"graph capture is not available for {caps.display_name} from Python; "
+            "use --graph-capture off"
+        )
+    options = {k: v for k, v in (provider_options or {}).items() if k != trait.capture_option}
+    if graph_capture and trait.capture_option is not None:
+        options[trait.capture_option] = "1"
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    if profile_first_run:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tempfile.gettempdir()) / f"es-profile-{os.getpid()}")
+    providers: list[Any] = [provider]
+    if trait.options_as_config_prefix is not None:
+        for key, value in options.items():
+            so.add_session_config_entry(trait.options_as_config_prefix + key, str(value))
+    elif options:
+        providers = [(provider, dict(options))]
+    if provider != CPU:
+        providers.append(CPU)
+    started = time.perf_counter()
+    try:
+        session = ort.InferenceSession(str(model_file), so, providers=providers)
+    except Exception as exc:  # onnxruntime raises several unrelated types
+        message = str(exc)
+        hint = (
+            "; the graph has nodes this EP cannot run, so capture is refused: "
+            "run `python -m engine bench --graph-capture off` or rebuild for capture"
+            if graph_capture and "graph capture" in message.lower()
+            else ""
+        )
+        raise RuntimeUnavailableError(
+            f"{caps.display_name} could not load {Path(model_file).name}: {message}{hint}"
+        ) from exc
+    if provider not in session.get_providers():
+        # onnxruntime's Python wrapper retries on the CPU alone when the EP fails to start.
+        raise RuntimeUnavailableError(
+            f"{caps.display_name} failed to start here and onnxruntime fell back to "
+            f"{', '.join(session.get_providers())}; for WebGPU check that a GPU adapter "
+            "(Vulkan, Metal or D3D12) is present; no CPU numbers are reported as "
+            f"{caps.display_name}"
+        )
+    return SessionHandle(
+        session=session,
+        ep=caps.name,
+        provider=provider,
+        device=trait.device,
+        graph_capture=graph_capture,
+        load_seconds=time.perf_counter() - started,
+        profiling=profile_first_run,
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which provider ran how many nodes in a profiled run."""
+
+    requested: str
+    nodes: Mapping[str, int] = field(default_factory=dict)
+    fallback_ops: Mapping[str, int] = field(default_factory=dict)
+    """Op type -> count of nodes that ran on the CPU though another EP was requested."""
+
+    @property
+    def provider(self) -> str:
+        """The provider that ran the nodes: the requested one if it ran any."""
+        if self.nodes.get(self.requested):
+            return self.requested
+        return max(self.nodes, key=lambda p: self.nodes[p]) if self.nodes else "unknown"
+
+    @property
+    def all_on_requested(self) -> bool:
+        return bool(self.nodes) and set(self.nodes) == {self.requested}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "provider": self.provider,
+            "nodes": dict(self.nodes),
+            "fallback_ops": dict(self.fallback_ops),
+        }
+
+
+def read_placement(handle: SessionHandle) -> Placement:
+    """Stop profiling and count the nodes per provider of the run(s) so far.
+
+    Raises:
+        RuntimeUnavailableError: The requested EP ran no node at all (e.g. WebGPU with no
+            adapter silently running everything on the CPU).
+    """
+    if not handle.profiling:
+        return Placement(requested=handle.provider)
+    profile = Path(handle.session.end_profiling())
+    try:
+        events = json.loads(profile.read_text(encoding="utf-8"))
+    finally:
+        profile.unlink(missing_ok=True)
+    placement = placement_from_profile(events, handle.provider)
+    if handle.provider != CPU and not placement.nodes.get(handle.provider):
+        raise RuntimeUnavailableError(
+            f"{handle.provider} was requested but ran none of the {sum(placement.nodes.values())}"
+            f" nodes (they ran on {placement.provider}); the EP has no usable device here "
+            "(for WebGPU: a Vulkan/Metal/D3D12 adapter); numbers would be the CPU's, so none "
+            "are reported"
+        )
+    return placement
+
+
+def placement_from_profile(events: list[dict[str, Any]], requested: str) -> Placement:
+    """Count distinct nodes per provider in onnxruntime profile events."""
+    seen: dict[str, tuple[str, str]] = {}
+    for event in events:
+        if event.get("cat") != "Node":
+            continue
+        args = event.get("args") or {}
+        provider = args.get("provider")
+        name = str(event.get("name", ""))
+        if provider and name.endswith("_kernel_time"):
+            seen[name] = (str(provider), str(args.get("op_name", "?")))
+    nodes = Counter(provider for provider, _ in seen.values())
+    fallback = Counter(op for provider, op in seen.values() if provider == CPU and requested != CPU)
+    return Placement(requested=requested, nodes=dict(nodes), fallback_ops=dict(fallback))

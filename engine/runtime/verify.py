@@ -1,0 +1,263 @@
+"""Verification: a package against transformers on the checkpoint it was exported from.
+
+transformers runs the checkpoint greedily (float32, a full forward per step, so no cache
+API is involved); the package is then teacher-forced with the same tokens, so the logits
+of every step are comparable even after a near-tie flips one token. The verdict says
+whether the package is faithful, with the numbers behind it. torch and transformers are
+imported only inside this module's functions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import OptionsError, PackageError, RuntimeUnavailableError
+from engine.progress import CancelToken, Progress, no_progress
+from engine.runtime.bench import bench_prompt
+from engine.runtime.package import Package, open_package
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What a faithful package of this kind must meet."""
+
+    max_rel_diff: float | None
+    """Max |package - reference| / max |reference| per step; None = not checked."""
+    min_agreement: float
+    """Fraction of steps whose top-1 must equal the reference's."""
+    min_cosine: float
+    """Least cosine similarity of a step's logits to the reference's."""
+
+
+# A top-1 flip needs the reference margin to be at most twice the step's max difference,
+# so for float packages the difference bound already limits flips to near ties.
+
+
+FLOAT_TOLERANCES = {
+    "fp32": Tolerance(max_rel_diff=1e-3, min_agreement=0.0, min_cosine=0.9999),
+    "fp16": Tolerance(max_rel_diff=0.2, min_agreement=0.0, min_cosine=0.995),
+    "bf16": Tolerance(max_rel_diff=0.3, min_agreement=0.0, min_cosine=0.99),
+}
+QUANTIZED_TOLERANCE = Tolerance(max_rel_diff=None, min_agreement=0.8, min_cosine=0.98)
+
+
+def tolerance_for(package: Package) -> Tolerance:
+    """The default tolerance for a package's dtype and quantization."""
+    if package.quantized:
+        return QUANTIZED_TOLERANCE
+    return FLOAT_TOLERANCES.get(package.dtype or "fp32", FLOAT_TOLERANCES["fp16"])
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """One generated position: package against reference."""
+
+    step: int
+    reference_token: int
+    package_token: int
+    """The package's top-1 when fed the reference's tokens."""
+    max_abs_diff: float
+    rel_diff: float
+    cosine: float
+    margin: float
+    """Reference logit of its top-1 minus that of the package's top-1 (0 when equal)."""
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The verdict and the numbers behind it."""
+
+    package: str
+    model: str
+    ep: str
+    provider: str
+    dtype: str | None
+    quantized: bool
+    prompt: tuple[int, ...]
+    reference_tokens: tuple[int, ...]
+    steps: tuple[StepCheck, ...]
+    tolerance: Tolerance
+    passed: bool
+    reasons: tuple[str, ...]
+    """Why it failed (empty when it passed)."""
+    seconds: float
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max(s.max_abs_diff for s in self.steps)
+
+    @property
+    def max_rel_diff(self) -> float:
+        return max(s.rel_diff for s in self.steps)
+
+    @property
+    def min_cosine(self) -> float:
+        return min(s.cosine for s in self.steps)
+
+    @property
+    def agreement(self) -> float:
+        return sum(s.package_token == s.reference_token for s in self.steps) / len(self.steps)
+
+    @property
+    def greedy_tokens_identical(self) -> bool:
+        """Free-running greedy decoding would give the reference's tokens exactly."""
+        return all(s.package_token == s.reference_token for s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            verdict="PASS" if self.passed else "FAIL",
+            max_abs_diff=self.max_abs_diff,
+            max_rel_diff=self.max_rel_diff,
+            min_cosine=self.min_cosine,
+            top1_agreement=self.agreement,
+            greedy_tokens_identical=self.greedy_tokens_identical,
+        )
+        return data
+
+
+def verify(
+    package: Package | str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    *,
+    steps: int = 16,
+    prompt: Sequence[int] | None = None,
+    prompt_length: int = 12,
+    seed: int = 0,
+    ep: str | None = "cpu",
+    tolerance: Tolerance | None = None,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Compare a package with transformers on its source checkpoint.
+
+    Args:
+        package: The package folder.
+        model_dir: The Hugging Face checkpoint it was exported from.
+        steps: Generated positions to compare (the prefill's is the first).
+        prompt: Token ids; default a seeded random prompt of ``prompt_length``.
+        ep: EP to run the package on (default the CPU; None = the package's EP).
+        tolerance: Override the default for the package's dtype and quantization.
+
+    Raises:
+        PackageError: The package does not belong to this checkpoint's architecture.
+        RuntimeUnavailableError: torch / transformers or the EP are missing.
+    """
+    from engine.runtime.runner import Runner, RunnerOptions
+    from engine.spec import load_spec
+
+    started = time.perf_counter()
+    cancel = cancel or CancelToken()
+    if steps < 1:
+        raise OptionsError(f"steps must be at least 1, got {steps}")
+    pkg = package if isinstance(package, Package) else open_package(package)
+    spec = load_spec(model_dir)
+    if pkg.vocab_size != spec.vocab_size:
+        raise PackageError(
+            f"the package's vocabulary ({pkg.vocab_size}) differs from the checkpoint's "
+            f"({spec.vocab_size}); verify the package against the model it was exported from"
+        )
+    ids = list(prompt) if prompt is not None else bench_prompt(spec.vocab_size, prompt_length, seed)
+    progress(0.0, "running transformers")
+    ref_tokens, ref_logits = reference_greedy(model_dir, ids, steps, progress, cancel)
+    progress(0.6, "running the package")
+    runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
+    run = runner.generate(ids, steps, forced=ref_tokens, keep_logits=True, cancel=cancel)
+    checks = tuple(
+        _check(i, ref_tokens[i], ref, ours)
+        for i, (ref, ours) in enumerate(zip(ref_logits, run.logits, strict=True))
+    )
+    tol = tolerance or tolerance_for(pkg)
+    reasons = _failures(checks, tol)
+    progress(1.0, "done")
+    return VerifyResult(
+        package=str(pkg.path),
+        model=str(Path(model_dir).absolute()),
+        ep=runner.ep,
+        provider=runner.provider,
+        dtype=pkg.dtype,
+        quantized=pkg.quantized,
+        prompt=tuple(ids),
+        reference_tokens=tuple(ref_tokens),
+        steps=checks,
+        tolerance=tol,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def reference_greedy(
+    model_dir: str | os.PathLike[str],
+    prompt: Sequence[int],
+    steps: int,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> tuple[list[int], list[np.ndarray]]:
+    """transformers' greedy tokens and float32 last-position logits per step."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        raise RuntimeUnavailableError(
+            "verify needs torch and transformers: pip install torch transformers (or the dev extra)"
+        ) from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types here
+        raise RuntimeUnavailableError(
+            f"transformers could not load '{model_dir}': {exc}; check the checkpoint and "
+            "that the installed transformers knows its model type"
+        ) from exc
+    model.eval()
+    ids = list(prompt)
+    tokens: list[int] = []
+    logits: list[np.ndarray] = []
+    with torch.no_grad():
+        for i in range(steps):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+            row = out.logits[0, -1].float().numpy()
+            logits.append(row)
+            tokens.append(int(row.argmax()))
+            ids.append(tokens[-1])
+            progress(0.6 * (i + 1) / steps, f"transformers step {i + 1}/{steps}")
+    return tokens, logits
+
+
+def _check(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> StepCheck:
+    diff = float(np.max(np.abs(ref - ours)))
+    scale = float(np.max(np.abs(ref))) or 1.0
+    norm = float(np.linalg.norm(ref) * np.linalg.norm(ours)) or 1.0
+    token = int(np.argmax(ours))
+    return StepCheck(
+        step=step,
+        reference_token=ref_token,
+        package_token=token,
+        max_abs_diff=diff,
+        rel_diff=diff / scale,
+        cosine=float(np.dot(ref, ours)) / norm,
+        margin=float(ref[ref_token] - ref[token]),
+    )
+
+
+def _failures(checks: tuple[StepCheck, ...], tol: Tolerance) -> list[str]:
+    reasons = []
+    worst_rel = max(c.rel_diff for c in checks)
+    if tol.max_rel_diff is not None and worst_rel > tol.max_rel_diff:
+        reasons.append(f"relative logit difference {worst_rel:.3g} > {tol.max_rel_diff:g}")
+    worst_cos = min(c.cosine for c in checks)
+    if worst_cos < tol.min_cosine:
+        reasons.append(f"logit cosine similarity {worst_cos:.4f} < {tol.min_cosine:g}")
+    agreement = sum(c.package_token == c.reference_token for c in checks) / len(checks)
+    if agreement < tol.min_agreement:
+        reasons.append(f"top-1 agreement {agreement:.0%} < {tol.min_agreement:.0%}")
+    return reasons

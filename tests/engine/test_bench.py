@@ -1,0 +1,177 @@
+"""Benchmark records: fields that make sense, both runtimes, capture pairs, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import CancelledError, OptionsError
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.progress import CancelToken
+from engine.runtime.bench import (
+    BenchConfig,
+    bench,
+    bench_prompt,
+    compare_capture,
+    interleave,
+    run_bench,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = BenchConfig(prompt_length=16, new_tokens=8, repeats=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "pkg"
+    export(out, preset="gemma4-tiny", options=ExportOptions(ep="cpu", random_weights=True))
+    return out
+
+
+@pytest.mark.parametrize("runtime", ["ort", "genai"])
+def test_bench_result_fields_are_sane(package: Path, runtime: str):
+    seen: list[float] = []
+    config = BenchConfig(runtime=runtime, prompt_length=16, new_tokens=8, repeats=3)  # type: ignore[arg-type]
+    result, run = run_bench(package, config, progress=lambda f, m: seen.append(f))
+    assert result.runtime == runtime and result.ep == "cpu"
+    assert result.provider == "CPUExecutionProvider" and result.graph_capture is False
+    assert (result.prompt_length, result.new_tokens, result.repeats) == (16, 8, 3)
+    assert result.kv_mode == "shared"
+    assert result.load_seconds > 0 and result.time_to_first_token_seconds > 0
+    assert result.prefill_tokens_per_second > 0
+    runs = result.decode_tokens_per_second_runs
+    assert len(runs) == 3 and all(r > 0 for r in runs)
+    assert result.decode_tokens_per_second_min <= result.decode_tokens_per_second
+    assert result.decode_tokens_per_second <= result.decode_tokens_per_second_max
+    assert result.peak_rss_bytes > 10 * 2**20
+    assert len(result.tokens) == 8 and run.tokens == result.tokens
+    assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen)
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["decode_tokens_per_second"] == result.decode_tokens_per_second
+    if runtime == "ort":
+        nodes = data["placement"]["nodes"]
+        assert list(nodes) == ["CPUExecutionProvider"] and nodes["CPUExecutionProvider"] > 50
+    else:
+        assert any("placement" in note for note in data["notes"])
+
+
+def test_keyword_entry_point_returns_one_record(package: Path):
+    result = bench(package, runtime="genai", prompt_length=8, new_tokens=4, repeats=2, threads=1)
+    assert (result.runtime, result.prompt_length, result.new_tokens) == ("genai", 8, 4)
+    assert len(result.decode_tokens_per_second_runs) == 2
+    ours = bench(package, prompt_length=8, new_tokens=4, repeats=2, threads=1)
+    assert ours.tokens == result.tokens
+
+
+def test_both_runtimes_generate_the_same_bench_tokens(package: Path):
+    ours, _ = run_bench(package, SMALL)
+    genai, _ = run_bench(package, BenchConfig(runtime="genai", prompt_length=16, new_tokens=8))
+    assert ours.tokens == genai.tokens
+
+
+def test_capture_pair_on_the_cpu_reports_why_capture_did_not_run(package: Path):
+    comparison = compare_capture(package, SMALL)
+    assert comparison.on is None and comparison.speedup is None and not comparison.validated
+    assert "graph capture is not available for CPU" in (comparison.error or "")
+    assert comparison.off.decode_tokens_per_second > 0
+    assert json.loads(json.dumps(comparison.to_json()))["capture_validated"] is False
+
+
+def test_interleaved_settings_each_get_a_record_or_an_error(package: Path):
+    genai = BenchConfig(runtime="genai", prompt_length=16, new_tokens=8, repeats=2)
+    ours = BenchConfig(prompt_length=16, new_tokens=8, repeats=2)
+    seen: list[str] = []
+    outcomes = interleave(
+        package,
+        [(ours, False), (ours, True), (genai, False)],
+        progress=lambda f, m: seen.append(m),
+    )
+    assert [(o.runtime, o.graph_capture) for o in outcomes] == [
+        ("ort", False),
+        ("ort", True),
+        ("genai", False),
+    ]
+    ok_ours, capture, ok_genai = outcomes
+    assert capture.result is None and "graph capture is not available" in (capture.error or "")
+    assert ok_ours.result is not None and ok_genai.result is not None
+    assert ok_ours.error is None and ok_genai.error is None
+    assert len(ok_ours.result.decode_tokens_per_second_runs) == 2
+    assert ok_ours.result.peak_rss_scope == "process"
+    assert ok_ours.result.tokens == ok_genai.result.tokens
+    assert ok_ours.reference is not None and len(ok_ours.reference.logits) == 8
+    assert "round 1/3" in seen and seen[-1] == "done"
+
+
+def test_bench_prompt_is_seeded_and_in_range():
+    a = bench_prompt(512, 64, seed=1)
+    assert a == bench_prompt(512, 64, seed=1) != bench_prompt(512, 64, seed=2)
+    assert len(a) == 64 and min(a) >= 4 and max(a) < 512
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"new_tokens": 1}, "new tokens must be at least 2"),
+        ({"repeats": 0}, "repeats must be at least 1"),
+        ({"runtime": "tvm"}, "runtime must be ort or genai"),
+    ],
+)
+def test_bad_bench_settings_are_refused(kwargs: dict, message: str):
+    with pytest.raises(OptionsError, match=message):
+        BenchConfig(**kwargs)
+
+
+def test_cancel_stops_a_benchmark(package: Path):
+    token = CancelToken()
+
+    def cancel_after_loading(fraction: float, message: str) -> None:
+        if fraction > 0:
+            token.cancel()
+
+    with pytest.raises(CancelledError):
+        run_bench(package, SMALL, progress=cancel_after_loading, cancel=token)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_bench_cli_json(package: Path):
+    result = cli("bench", str(package), "--prompt-len", "8", "--new-tokens", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["runtime"] == "ort" and data["new_tokens"] == 4 and data["capture_check"] is None
+    assert data["decode_tokens_per_second"] > 0 and data["provider"] == "CPUExecutionProvider"
+
+
+def test_bench_cli_text_shows_a_table(package: Path):
+    result = cli(
+        "bench",
+        str(package),
+        "--prompt-len",
+        "8",
+        "--new-tokens",
+        "4",
+        "--quiet",
+        "--runtime",
+        "genai",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "decode tok/s" in result.stdout and "runtime  genai" in result.stdout
+
+
+def test_bench_cli_refuses_a_folder_that_is_not_a_package(tmp_path: Path):
+    result = cli("bench", str(tmp_path))
+    assert result.returncode == 2 and "is not a package" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,119 @@
+"""Verification against transformers: a good package passes, a wrong one fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import PackageError
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.runtime.verify import FLOAT_TOLERANCES, QUANTIZED_TOLERANCE, tolerance_for, verify
+from tests._support.tiny_gemma import make_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def made(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("verify")
+    model_dir, _ = tiny_models.get("all_features")
+    other_seed = root / "seed1"
+    make_checkpoint(other_seed, seed=1)
+    packages = {
+        "fp32": (model_dir, ExportOptions(ep="cpu", dtype="fp32")),
+        "fp16": (model_dir, ExportOptions(ep="cpu", dtype="fp16")),
+        "int8": (model_dir, ExportOptions(ep="cpu", weight_bits=8, block_size=16)),
+        "other_seed": (other_seed, ExportOptions(ep="cpu", dtype="fp32")),
+        "preset": (None, ExportOptions(ep="cpu", random_weights=True)),
+    }
+    out = {"model": model_dir}
+    for name, (source, options) in packages.items():
+        target = root / name
+        if source is None:
+            export(target, preset="gemma4-tiny", options=options)
+        else:
+            export(target, model_dir=source, options=options)
+        out[name] = target
+    return out
+
+
+def test_fp32_package_passes_with_numbers(made):
+    result = verify(made["fp32"], made["model"], steps=12)
+    assert result.passed and result.reasons == ()
+    assert result.tolerance == FLOAT_TOLERANCES["fp32"]
+    assert result.max_abs_diff <= 1e-4 and result.min_cosine > 0.99999
+    assert result.greedy_tokens_identical and result.agreement == 1.0
+    assert len(result.steps) == 12 and result.provider == "CPUExecutionProvider"
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["verdict"] == "PASS" and len(data["reference_tokens"]) == 12
+
+
+def test_fp16_package_passes_under_the_fp16_tolerance(made):
+    result = verify(made["fp16"], made["model"], steps=8)
+    assert result.tolerance == FLOAT_TOLERANCES["fp16"]
+    assert result.passed, result.reasons
+    assert result.max_abs_diff > 1e-4  # fp16 really is looser than fp32
+
+
+def test_package_from_another_seed_fails(made):
+    result = verify(made["other_seed"], made["model"], steps=8)
+    assert not result.passed
+    assert any("relative logit difference" in r for r in result.reasons)
+    assert result.max_rel_diff > 0.1 and result.agreement < 0.5
+
+
+def test_quantized_package_uses_the_agreement_tolerance(made):
+    result = verify(made["int8"], made["model"], steps=8)
+    assert result.quantized and result.tolerance == QUANTIZED_TOLERANCE
+    # The tiny random checkpoints have near-flat logits, which 8-bit weights disturb:
+    # the verdict must reflect the measured agreement, whichever way it goes.
+    expected = result.agreement >= 0.8 and result.min_cosine >= 0.98
+    assert result.passed is expected
+
+
+def test_package_of_another_architecture_is_refused(made):
+    with pytest.raises(
+        PackageError, match=r"vocabulary \(512\) differs from the checkpoint's \(320\)"
+    ):
+        verify(made["preset"], made["model"])
+
+
+def test_tolerance_follows_the_manifest(made):
+    from engine.runtime.package import open_package
+
+    assert tolerance_for(open_package(made["fp16"])) == FLOAT_TOLERANCES["fp16"]
+    assert tolerance_for(open_package(made["int8"])) == QUANTIZED_TOLERANCE
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_verify_cli_exit_codes_and_verdicts(made):
+    good = cli(
+        "verify", str(made["fp32"]), "--model", str(made["model"]), "--steps", "4", "--quiet"
+    )
+    assert good.returncode == 0, good.stderr
+    assert "verdict: PASS" in good.stdout and "greedy tokens identical" in good.stdout
+    bad = cli(
+        "verify", str(made["other_seed"]), "--model", str(made["model"]), "--steps", "4", "--json"
+    )
+    assert bad.returncode == 1, bad.stderr
+    assert json.loads(bad.stdout)["verdict"] == "FAIL"
+
+
+def test_verify_cli_without_a_checkpoint_is_a_clear_error(made, tmp_path: Path):
+    result = cli("verify", str(made["fp32"]), "--model", str(tmp_path), "--quiet")
+    assert result.returncode == 2 and "has no config.json" in result.stderr
+    assert "Traceback" not in result.stderr

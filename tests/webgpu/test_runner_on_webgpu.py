@@ -1,0 +1,71 @@
+"""Our runner on the WebGPU EP: every node on it, graph capture equal to no capture.
+
+Runs inside the WebGPU environment (scripts/setup-webgpu.sh); the main test run drives it
+through tests/engine/test_webgpu.py::test_runner_suite_in_the_webgpu_environment. The
+package is the gemma4-tiny preset: sliding and full layers, KV-shared layers, a window
+shorter than the runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.runtime.session import available_providers
+
+pytestmark = [pytest.mark.webgpu]
+if "WebGpuExecutionProvider" not in available_providers():
+    raise RuntimeError(
+        "tests/webgpu runs inside the WebGPU environment: "
+        ".venv-webgpu/bin/python -m pytest tests/webgpu (create it with scripts/setup-webgpu.sh)"
+    )
+PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.options import ExportOptions
+    from engine.pipeline import export
+
+    root = tmp_path_factory.mktemp("webgpu")
+    options = ExportOptions(ep="webgpu", dtype="fp32", random_weights=True)
+    return export(root / "pkg", preset="gemma4-tiny", options=options).output
+
+
+def test_every_node_runs_on_webgpu(package: Path):
+    from engine.runtime.runner import Runner
+
+    runner = Runner(package)
+    runner.generate(PROMPT, 4)
+    assert runner.placement is not None and runner.placement.all_on_requested
+    assert runner.provider == "WebGpuExecutionProvider"
+
+
+def test_capture_equals_no_capture_and_survives_reuse(package: Path):
+    from engine.runtime.generation import compare
+    from engine.runtime.runner import Runner, RunnerOptions
+
+    plain = Runner(package, RunnerOptions(max_length=64)).generate(PROMPT, 24, keep_logits=True)
+    growing = Runner(package, RunnerOptions(kv_mode="growing")).generate(PROMPT, 24)
+    captured = Runner(package, RunnerOptions(graph_capture=True, max_length=64))
+    first = captured.generate(PROMPT, 24, keep_logits=True)
+    other = captured.generate(PROMPT[::-1], 24)  # replays with other inputs in the buffers
+    again = captured.generate(PROMPT, 24, keep_logits=True)
+    assert growing.tokens == plain.tokens
+    for run in (first, again):
+        agreement = compare(plain, run)
+        assert agreement.same_tokens, agreement
+        assert agreement.max_abs_logit_diff is not None and agreement.max_abs_logit_diff <= 1e-3
+    assert other.tokens != first.tokens
+    assert np.array_equal(first.logits[-1], again.logits[-1])
+
+
+def test_bench_capture_pair_is_validated(package: Path):
+    from engine.runtime.bench import BenchConfig, compare_capture
+
+    comparison = compare_capture(package, BenchConfig(prompt_length=16, new_tokens=12))
+    assert comparison.error is None and comparison.on is not None
+    assert comparison.validated and comparison.speedup is not None
+    assert comparison.on.provider == "WebGpuExecutionProvider"
