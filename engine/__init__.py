@@ -1,6 +1,7 @@
 """Export Studio's headless engine: Gemma 4 -> ONNX Runtime GenAI packages.
 
 Importing ``engine`` is cheap; the public names below load their modules on first use.
+(``make_plan`` is ``engine.plan.plan``: the name ``engine.plan`` is the module.)
 The engine never imports Qt.
 """
 
@@ -19,7 +20,7 @@ _EXPORTS = {
     "CancelToken": "engine.progress",
     "EngineError": "engine.errors",
     "export": "engine.pipeline",
-    "plan": "engine.plan",
+    "make_plan": "engine.plan:plan",
     "load_spec": "engine.spec",
     "load_preset": "engine.presets",
     "list_presets": "engine.presets",
@@ -31,7 +32,8 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    target = _EXPORTS.get(name)
+    if target is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute or name)

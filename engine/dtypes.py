@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ml_dtypes
 import numpy as np
-import onnx_ir as ir
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 _NUMPY = {
     "fp32": np.dtype(np.float32),
@@ -12,12 +16,8 @@ _NUMPY = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "uint8": np.dtype(np.uint8),
 }
-_IR = {
-    "fp32": ir.DataType.FLOAT,
-    "fp16": ir.DataType.FLOAT16,
-    "bf16": ir.DataType.BFLOAT16,
-    "uint8": ir.DataType.UINT8,
-}
+# ONNX TensorProto data types; onnx_ir (which imports sympy) is loaded only when asked.
+_ONNX_TYPES = {"fp32": 1, "fp16": 10, "bf16": 16, "uint8": 2}
 _SAFETENSORS = {
     "F32": "fp32",
     "F16": "fp16",
@@ -31,7 +31,9 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def ir_dtype(name: str) -> ir.DataType:
-    return _IR[name]
+    import onnx_ir as ir
+
+    return ir.DataType(_ONNX_TYPES[name])
 
 
 def itemsize(name: str) -> int:

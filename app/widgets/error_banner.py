@@ -1,0 +1,56 @@
+"""The window's one place for errors: a banner above the tabs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton
+
+from app.state import StudioState
+
+SOURCES = {
+    "preview": "Preview",
+    "export": "Export",
+    "verify": "Verify",
+    "bench": "Benchmark",
+    "config": "Config editor",
+}
+
+
+class ErrorBanner(QFrame):
+    """Shows ``state``'s current error (where it came from, and the engine's message)."""
+
+    def __init__(self, state: StudioState, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._state = state
+        self.setObjectName("errorBanner")
+        self.setStyleSheet(
+            "#errorBanner { background: #fdecea; border: 1px solid #e57373; border-radius: 4px; }"
+            "QLabel { color: #8e0000; }"
+        )
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(self.label.textInteractionFlags())
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        icon = QLabel("⚠")
+        icon.setStyleSheet("font-size: 14pt;")
+        layout.addWidget(icon)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(close)
+        close.clicked.connect(lambda: state.clear_error(state.error[0]))
+        state.errorChanged.connect(self._show)
+        self.setVisible(False)
+
+    def _show(self, where: str, message: str) -> None:
+        if message:
+            self.label.setText(f"<b>{SOURCES.get(where, where)}</b>: {message}")
+        self.setVisible(bool(message))
+
+    @property
+    def text(self) -> str:
+        return self.label.text() if self.isVisible() else ""

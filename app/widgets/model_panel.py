@@ -1,0 +1,217 @@
+"""Model: a built-in preset, a local checkpoint folder, or a checkpoint in the HF cache."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.state import ModelSource, StudioState
+from app.workers import start_worker
+from resources import resource_path
+
+KINDS = (("preset", "Preset"), ("folder", "Folder"), ("cache", "HF cache"))
+
+
+def preset_choices() -> list[tuple[str, str]]:
+    """(name, description) of the built-in presets, read without importing the engine."""
+    out = []
+    for path in sorted(resource_path("presets").glob("*.json")):
+        try:
+            comment = str(json.loads(path.read_text(encoding="utf-8")).get("_comment", ""))
+        except (OSError, ValueError):
+            comment = ""
+        out.append((path.stem, comment))
+    return out
+
+
+class ModelPanel(QGroupBox):
+    """Chooses ``state.source`` and shows the model's spec summary."""
+
+    cacheScanned = Signal(int)
+
+    def __init__(self, state: StudioState, recent: list[ModelSource], parent: Any = None):
+        super().__init__("1  Model", parent)
+        self._state = state
+        self._syncing = False
+        self.kind_buttons = QButtonGroup(self)
+        kinds = QHBoxLayout()
+        for i, (_, label) in enumerate(KINDS):
+            button = QRadioButton(label)
+            self.kind_buttons.addButton(button, i)
+            kinds.addWidget(button)
+        kinds.addStretch(1)
+
+        self.presets = QComboBox()
+        self._preset_notes = dict(preset_choices())
+        self.presets.addItems(list(self._preset_notes))
+        self.preset_note = QLabel()
+        self.preset_note.setWordWrap(True)
+        self.preset_note.setStyleSheet("color: #555;")
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("a folder with config.json + *.safetensors")
+        browse = QPushButton("Browse…")
+        self.cache = QComboBox()
+        self.cache.setPlaceholderText("press Scan to list cached checkpoints")
+        self.scan_button = QPushButton("Scan")
+        self.cache_note = QLabel("Scans ~/.cache/huggingface/hub (and HF_HOME); never downloads.")
+        self.cache_note.setWordWrap(True)
+        self.cache_note.setStyleSheet("color: #555;")
+
+        self.stack = QStackedWidget()
+        self.stack.addWidget(_column(self.presets, self.preset_note))
+        self.stack.addWidget(_column(_row(self.folder, browse)))
+        self.stack.addWidget(_column(_row(self.cache, self.scan_button), self.cache_note))
+
+        self.recent = QComboBox()
+        self.recent.addItem("Recent models…")
+        for source in recent:
+            self.recent.addItem(source.display, source)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        self.summary.setStyleSheet("color: #333;")
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(kinds)
+        layout.addWidget(self.stack)
+        layout.addWidget(self.recent)
+        layout.addWidget(self.summary)
+
+        self.kind_buttons.idClicked.connect(self._kind_clicked)
+        self.presets.currentTextChanged.connect(self._preset_chosen)
+        self.folder.editingFinished.connect(self._folder_chosen)
+        browse.clicked.connect(self.browse_folder)
+        self.scan_button.clicked.connect(self.scan_cache)
+        self.cache.activated.connect(self._cache_chosen)
+        self.recent.activated.connect(self._recent_chosen)
+        state.sourceChanged.connect(self._sync)
+        state.previewChanged.connect(self._show_summary)
+        self._sync(state.source)
+
+    def _sync(self, source: ModelSource) -> None:
+        self._syncing = True
+        index = [k for k, _ in KINDS].index(source.kind)
+        self.kind_buttons.button(index).setChecked(True)
+        self.stack.setCurrentIndex(index)
+        if source.is_preset:
+            self.presets.setCurrentText(source.value)
+            self.preset_note.setText(self._preset_notes.get(source.value, ""))
+        elif source.kind == "folder":
+            self.folder.setText(source.value)
+        self._syncing = False
+
+    def _kind_clicked(self, index: int) -> None:
+        self.stack.setCurrentIndex(index)
+        kind = KINDS[index][0]
+        if kind == "preset":
+            self._preset_chosen(self.presets.currentText())
+        elif kind == "folder" and self.folder.text().strip():
+            self._folder_chosen()
+        elif kind == "cache" and self.cache.count() == 0:
+            self.scan_cache()
+
+    def _preset_chosen(self, name: str) -> None:
+        self.preset_note.setText(self._preset_notes.get(name, ""))
+        if not self._syncing and name:
+            self._state.set_source(ModelSource("preset", name))
+
+    def _folder_chosen(self) -> None:
+        text = self.folder.text().strip()
+        if text and not self._syncing:
+            self._state.set_source(ModelSource("folder", text))
+
+    def browse_folder(self) -> None:
+        """Pick a checkpoint folder with a dialog."""
+        folder = QFileDialog.getExistingDirectory(self, "Hugging Face checkpoint folder")
+        if folder:
+            self.folder.setText(folder)
+            self._folder_chosen()
+
+    def scan_cache(self) -> None:
+        """List the cache's supported checkpoints (a disk walk, so in a worker)."""
+        from app.hf_cache import scan_cache
+
+        self.scan_button.setEnabled(False)
+        self.cache_note.setText("Scanning…")
+        start_worker(
+            lambda progress, cancel: scan_cache(),
+            owner=self,
+            name="hf-cache",
+            on_returned=self._scanned,
+            on_errored=lambda exc: self.cache_note.setText(f"Scan failed: {exc}"),
+            on_finished=lambda: self.scan_button.setEnabled(True),
+        )
+
+    def _scanned(self, entries: list[Any]) -> None:
+        self.cache.clear()
+        for entry in entries:
+            self.cache.addItem(entry.label, ModelSource("cache", str(entry.path), entry.label))
+        self.cache_note.setText(
+            f"{len(entries)} supported checkpoint(s) in the cache."
+            if entries
+            else "No Gemma 4 checkpoints in the local cache (nothing is downloaded)."
+        )
+        self.cacheScanned.emit(len(entries))
+
+    def _cache_chosen(self, index: int) -> None:
+        source = self.cache.itemData(index)
+        if isinstance(source, ModelSource):
+            self._state.set_source(source)
+
+    def _recent_chosen(self, index: int) -> None:
+        source = self.recent.itemData(index)
+        if isinstance(source, ModelSource):
+            self._state.set_source(source)
+        self.recent.setCurrentIndex(0)
+
+    def _show_summary(self, data: Any) -> None:
+        s = getattr(data, "spec_summary", None)
+        if not s:
+            self.summary.setText("")
+            return
+        count = s["parameters"]
+        params = f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.2f} M"
+        self.summary.setText(
+            f"<b>{s['name']}</b> ({s['model_type']}): {params} parameters, "
+            f"{s['layers']} layers ({s['sliding_layers']} sliding, {s['full_layers']} full), "
+            f"hidden {s['hidden_size']}, {s['attention_heads']} heads, KV heads "
+            f"{s['kv_heads']['sliding']}/{s['kv_heads']['full']}, head dim "
+            f"{s['head_dim']['sliding']}/{s['head_dim']['full']}, vocab {s['vocab_size']:,}, "
+            f"{s['kv_cache_layers']} KV caches ({s['kv_shared_layers']} layers share), "
+            f"per-layer embeddings {s['per_layer_embedding_dim'] or 'none'}, "
+            f"window {s['sliding_window']}"
+        )
+
+
+def _row(*widgets: QWidget) -> QWidget:
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        layout.addWidget(w, 1 if isinstance(w, (QLineEdit, QComboBox)) else 0)
+    return box
+
+
+def _column(*widgets: QWidget) -> QWidget:
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        layout.addWidget(w)
+    layout.addStretch(1)
+    return box

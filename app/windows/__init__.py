@@ -1,0 +1,1 @@
+"""Top-level windows (layout and wiring only)."""

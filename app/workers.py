@@ -1,0 +1,134 @@
+"""Workers: the only place long work runs (superqt-style, on the global QThreadPool).
+
+A job is a plain function ``job(progress, cancel) -> result`` (Orange3-style: testable with
+a recording ``progress`` and a :class:`engine.progress.CancelToken`, no event loop).
+:class:`Worker` runs it on a pool thread and reports through signals that live on a
+separate QObject: ``started``, ``progress(fraction, message)``, ``returned(result)``,
+``errored(exception)``, ``finished``. Progress is throttled so a job that reports per
+tensor cannot flood the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from shiboken6 import isValid
+
+from engine.progress import CancelToken, Progress
+
+Job = Callable[[Progress, CancelToken], Any]
+
+_ACTIVE: set[Worker] = set()
+"""Workers in flight: Python must keep them alive until they finish."""
+
+
+class WorkerSignals(QObject):
+    """Signals of one worker (a QRunnable cannot carry signals itself)."""
+
+    started = Signal()
+    progress = Signal(float, str)
+    returned = Signal(object)
+    errored = Signal(object)
+    finished = Signal()
+
+
+class Worker(QRunnable):
+    """Runs one job on a pool thread; cancel it with :meth:`cancel`."""
+
+    def __init__(self, job: Job, name: str = "job", min_interval_s: float = 0.04) -> None:
+        super().__init__()
+        self.setAutoDelete(False)
+        self.name = name
+        self.signals = WorkerSignals()
+        self.cancel_token = CancelToken()
+        self._job = job
+        self._min_interval = min_interval_s
+        self._last_emit = 0.0
+        self._lock = threading.Lock()
+        self._running = False
+        self.signals.finished.connect(self._forget)
+
+    # Runs on the pool thread.
+    def run(self) -> None:
+        self._running = True
+        self.signals.started.emit()
+        try:
+            result = self._job(self._report, self.cancel_token)
+        except BaseException as exc:  # every failure goes to the UI, none is swallowed
+            self.signals.errored.emit(exc)
+        else:
+            self.signals.returned.emit(result)
+        finally:
+            self._running = False
+            self.signals.finished.emit()
+
+    def _report(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = fraction >= 1.0 or now - self._last_emit >= self._min_interval
+            if due:
+                self._last_emit = now
+        if due:
+            self.signals.progress.emit(float(fraction), str(message))
+
+    # Called from the UI thread.
+    def start(self, pool: QThreadPool | None = None) -> Worker:
+        """Queue the job on ``pool`` (the global pool by default); returns self."""
+        _ACTIVE.add(self)
+        (pool or QThreadPool.globalInstance()).start(self)
+        return self
+
+    def cancel(self) -> None:
+        """Ask the job to stop at its next cancel point."""
+        self.cancel_token.cancel()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def _forget(self) -> None:
+        _ACTIVE.discard(self)
+
+
+def start_worker(
+    job: Job,
+    *,
+    owner: QObject,
+    name: str = "job",
+    on_returned: Callable[[Any], None] | None = None,
+    on_errored: Callable[[BaseException], None] | None = None,
+    on_progress: Callable[[float, str], None] | None = None,
+    on_finished: Callable[[], None] | None = None,
+) -> Worker:
+    """Create, connect and start a worker in one call.
+
+    The callbacks run on the UI thread and only while ``owner`` (the widget that asked)
+    still exists: a result that arrives after its window closed is dropped.
+    """
+    worker = Worker(job, name)
+    for signal, callback in (
+        (worker.signals.returned, on_returned),
+        (worker.signals.errored, on_errored),
+        (worker.signals.progress, on_progress),
+        (worker.signals.finished, on_finished),
+    ):
+        if callback is not None:
+            signal.connect(_while_alive(owner, callback))
+    return worker.start()
+
+
+def _while_alive(owner: QObject, callback: Callable[..., None]) -> Callable[..., None]:
+    def call(*args: Any) -> None:
+        if isValid(owner):
+            callback(*args)
+
+    return call
+
+
+def active_workers() -> list[Worker]:
+    """Workers not finished yet (for tests and a clean shutdown)."""
+    return list(_ACTIVE)

@@ -1,0 +1,86 @@
+"""Fixtures for the app tests: a main window on throwaway settings, and screenshots."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, QThreadPool
+from PySide6.QtWidgets import QWidget
+
+from app.qt_compat import binding_problem
+from app.settings import AppSettings
+from app.windows.main_window import MainWindow
+
+BINDING_PROBLEM = binding_problem()
+LEAD_SCREENS = Path(os.environ.get("EXPORT_STUDIO_SCREENS", "/tmp/app-screens"))
+
+
+def make_settings(folder: Path) -> AppSettings:
+    return AppSettings(QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture(autouse=True)
+def _working_binding() -> None:
+    """Fail (not crash the whole run) where the Qt binding corrupts reference counts."""
+    if BINDING_PROBLEM:
+        pytest.fail(BINDING_PROBLEM, pytrace=False)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> AppSettings:
+    return make_settings(tmp_path / "settings")
+
+
+@pytest.fixture
+def window(qtbot, settings: AppSettings) -> Iterator[MainWindow]:
+    """The main window, shown, with its first preview computed."""
+    win = MainWindow(settings)
+    qtbot.addWidget(win)
+    win.resize(1440, 900)
+    win.show()
+    qtbot.waitUntil(
+        lambda: win.state.preview is not None and not win.previewer.busy and win.warmed_up,
+        timeout=20_000,
+    )
+    yield win
+    win.close()
+    QThreadPool.globalInstance().waitForDone(30_000)
+
+
+def wait_for_preview(qtbot, win: MainWindow, check: Callable[[object], bool]) -> object:
+    """Wait until the preview is settled and ``check(preview)`` holds."""
+    qtbot.waitUntil(
+        lambda: (
+            not win.previewer.busy and win.state.preview is not None and check(win.state.preview)
+        ),
+        timeout=20_000,
+    )
+    return win.state.preview
+
+
+@pytest.fixture(scope="session")
+def screens(tmp_path_factory: pytest.TempPathFactory) -> Callable[[QWidget, str], Path]:
+    """``screens(widget, name)`` saves a PNG of the widget to a temp folder and a copy for
+    the lead in /tmp/app-screens (or $EXPORT_STUDIO_SCREENS)."""
+    folder = tmp_path_factory.mktemp("screens")
+
+    def save(widget: QWidget, name: str) -> Path:
+        path = folder / f"{name}.png"
+        assert widget.grab().save(str(path)), f"could not save {path}"
+        assert path.stat().st_size > 10_000, "the screenshot is suspiciously small (blank?)"
+        try:
+            LEAD_SCREENS.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, LEAD_SCREENS / path.name)
+        except OSError:
+            pass  # the copy is a convenience; the test's own file is what counts
+        return path
+
+    return save

@@ -1,0 +1,294 @@
+"""Exporting through the UI: a package that loads, Cancel that leaves nothing, a live UI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+
+from app.jobs import ExportRequest, run_export, run_in_process
+from app.state import ModelSource
+from app.windows.main_window import MainWindow
+from engine.errors import CancelledError, EngineError
+from engine.options import ExportOptions
+from engine.presets import preset_config
+from engine.progress import CancelToken
+from tests.app.conftest import wait_for_preview
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _click(qtbot, button) -> None:
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+class Heartbeat:
+    """A 10 ms UI-thread timer that records the longest gap between its ticks."""
+
+    def __init__(self) -> None:
+        self.clock = QElapsedTimer()
+        self.timer = QTimer()
+        self.timer.setInterval(10)
+        self.timer.timeout.connect(self._tick)
+        self.gaps: list[int] = []
+
+    def start(self) -> None:
+        self.clock.start()
+        self.timer.start()
+
+    def _tick(self) -> None:
+        self.gaps.append(self.clock.restart())
+
+    def stop(self) -> int:
+        self.timer.stop()
+        return max(self.gaps, default=0)
+
+
+def _export(qtbot, window: MainWindow, output: Path, heartbeat: Heartbeat | None = None) -> object:
+    window.state.set_output(str(output))
+    window.tabs.setCurrentWidget(window.export_panel)
+    qtbot.wait(50)  # let the tab paint before measuring
+    if heartbeat is not None:
+        heartbeat.start()
+    with qtbot.waitSignal(window.exporter.finished, timeout=180_000):
+        _click(qtbot, window.export_panel.export_button)
+    return window.exporter.result
+
+
+def small_checkpoint_config(folder: Path) -> Path:
+    """A Gemma 4 config of ~90 M parameters (about 180 MB in fp16): long enough to export
+    that a blocked UI thread would show."""
+    config = preset_config("gemma4-tiny")
+    config.update(
+        vocab_size=32768,
+        vocab_size_per_layer_input=32768,
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2,
+        hidden_size_per_layer_input=64,
+    )
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_export_of_the_tiny_preset_loads_in_onnxruntime(
+    qtbot, window: MainWindow, tmp_path, screens
+):
+    result = _export(qtbot, window, tmp_path / "tiny-cpu")
+    assert result is not None, window.banner.text
+    package = tmp_path / "tiny-cpu"
+    assert {"model.onnx", "model.onnx.data", "genai_config.json"} <= set(result.files)
+    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert "logits" in [o.name for o in session.get_outputs()]
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["model"]["vocab_size"] == 512
+    panel = window.export_panel
+    assert panel.summary_box.isVisible()
+    assert panel.files.rowCount() == len(result.files)
+    assert panel.progress.value() == 1000
+    assert "done in" in panel.log.toPlainText()
+    assert window.state.package == str(package)
+    assert window.bench_panel.package.text() == str(package)
+    assert window.settings.recent_sources()[0] == ModelSource("preset", "gemma4-tiny")
+
+    with qtbot.waitSignal(panel.verified, timeout=60_000) as verified:
+        _click(qtbot, panel.verify_button)
+    assert "loads in onnxruntime" in verified.args[0]["load_check"]
+    assert "loads in onnxruntime" in panel.verify_result.text()
+    screens(window, "04-export-done")
+
+    _click(qtbot, panel.config_button)
+    assert window.tabs.currentWidget() is window.config_editor
+    assert window.config_editor.doc is not None
+    assert window.config_editor.doc.path == package / "genai_config.json"
+
+
+def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, screens):
+    """The worker is held at its first tensor write (files already in the staging folder)
+    while Cancel is clicked in the UI; afterwards nothing of the export remains."""
+    output = tmp_path / "out" / "tiny"
+    output.parent.mkdir()
+    window.exporter.progress_interval_s = 0.0  # every progress update reaches the UI
+    reached, proceed = threading.Event(), threading.Event()
+    staged: list[list[str]] = []
+
+    def hold(fraction: float, message: str) -> None:  # runs on the worker thread
+        if message.startswith("writing") and not reached.is_set():
+            staged.extend([[p.name for p in output.parent.iterdir()]])
+            reached.set()
+            proceed.wait(30)
+
+    window.exporter.started.connect(
+        lambda worker: worker.signals.progress.connect(hold, Qt.ConnectionType.DirectConnection)
+    )
+    window.state.set_output(str(output))
+    window.tabs.setCurrentWidget(window.export_panel)
+    _click(qtbot, window.export_panel.export_button)
+    qtbot.waitUntil(reached.is_set, timeout=60_000)
+    assert staged[0] and staged[0][0].startswith(".tiny.partial-")  # mid-export, really
+    assert window.export_panel.cancel_button.isEnabled()
+    with qtbot.waitSignal(window.exporter.cancelled, timeout=60_000):
+        _click(qtbot, window.export_panel.cancel_button)
+        proceed.set()
+    qtbot.waitUntil(lambda: window.exporter.worker is None, timeout=30_000)
+    assert list(output.parent.iterdir()) == []
+    assert window.exporter.result is None
+    assert "Cancelled" in window.export_panel.stage.text()
+    assert not window.banner.isVisible()  # a cancel is not an error
+    assert window.export_panel.export_button.isEnabled()
+    screens(window, "05-export-cancelled")
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_ui_thread_is_never_blocked_for_100_ms_during_an_export(
+    qtbot, window: MainWindow, tmp_path, isolation: str
+):
+    window.exporter.isolation = isolation
+    model = small_checkpoint_config(tmp_path / "small")
+    window.state.set_source(ModelSource("folder", str(model)))
+    window.target_panel.random_weights.setChecked(True)
+    window.target_panel.dtype.setCurrentIndex(window.target_panel.dtype.findData("fp16"))
+    assert window.state.export_options().random_weights
+    heartbeat = Heartbeat()
+    result = _export(qtbot, window, tmp_path / "small-pkg", heartbeat)
+    worst = heartbeat.stop()
+    print(f"heartbeat: {len(heartbeat.gaps)} ticks, worst gap {worst} ms")
+    assert result is not None, window.banner.text
+    assert result.total_bytes > 150 * 1024**2
+    assert len(heartbeat.gaps) >= 20  # the heartbeat really ran during the export
+    assert ("separate process" in window.export_panel.log.toPlainText()) == (isolation == "process")
+    assert worst < 100, f"the UI thread was blocked for {worst} ms"
+
+
+def test_the_heartbeat_does_catch_a_blocked_ui_thread(qtbot):
+    heartbeat = Heartbeat()
+    heartbeat.start()
+    qtbot.wait(30)
+    time.sleep(0.25)  # what exporting on the UI thread would do
+    qtbot.wait(30)
+    assert heartbeat.stop() >= 200
+
+
+def test_export_errors_show_in_the_banner(qtbot, window: MainWindow, tmp_path):
+    existing = tmp_path / "taken"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    _export(qtbot, window, existing)
+    assert window.exporter.result is None
+    assert "already exists" in window.banner.text
+    assert (existing / "keep.txt").read_text() == "mine"
+    assert "Failed" in window.export_panel.stage.text()
+
+
+def test_export_job_is_a_plain_function(tmp_path):
+    """Orange-style: the job runs without Qt's event loop, with a recording progress."""
+    seen: list[tuple[float, str]] = []
+    request = ExportRequest(
+        (("preset", "gemma4-tiny"),), ExportOptions(random_weights=True), tmp_path / "a", False
+    )
+    result = run_export(request, lambda f, m: seen.append((f, m)), CancelToken())
+    assert result.output == tmp_path / "a"
+    assert seen[0][0] == 0.0 and seen[-1] == (1.0, "done")
+    cancel = CancelToken()
+    cancel.cancel()
+    request = ExportRequest(request.model_args, request.options, tmp_path / "b", False)
+    try:
+        run_export(request, lambda f, m: None, cancel)
+    except CancelledError:
+        pass
+    else:
+        raise AssertionError("a cancelled token did not stop the export")
+    assert not (tmp_path / "b").exists()
+
+
+def test_self_test_entry_point(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--self-test"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["self_test"] == "ok"
+    for isolation in ("thread", "process"):
+        assert "loads in onnxruntime" in report[isolation]["load_check"]
+
+
+def test_export_of_a_checkpoint_folder_verifies_against_transformers(
+    qtbot, window: MainWindow, tiny_models, tmp_path
+):
+    model_dir, _ = tiny_models.get("plain")
+    window.model_panel.kind_buttons.button(1).click()
+    window.model_panel.folder.setText(str(model_dir))
+    window.model_panel.folder.editingFinished.emit()
+    assert window.state.source == ModelSource("folder", str(model_dir))
+    assert not window.state.export_options().random_weights
+    result = _export(qtbot, window, tmp_path / "from-checkpoint")
+    assert result is not None, window.banner.text
+    panel = window.export_panel
+    with qtbot.waitSignal(panel.verified, timeout=120_000) as verified:
+        _click(qtbot, panel.verify_button)
+    report = verified.args[0]
+    assert report["verify"]["verdict"] == "PASS", report
+    assert report["verdict"].startswith("PASS")
+    assert "PASS" in panel.verify_result.text()
+
+
+def test_large_packages_export_in_a_separate_process(qtbot, window: MainWindow):
+    assert not window.exporter.uses_process()  # the tiny preset: a thread is enough
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-e2b"))
+    assert window.exporter.uses_process()
+
+
+def test_cancel_mid_export_in_a_separate_process_leaves_nothing(
+    qtbot, window: MainWindow, tmp_path
+):
+    model = small_checkpoint_config(tmp_path / "small")
+    window.state.set_source(ModelSource("folder", str(model)))
+    window.state.update_options(random_weights=True, dtype="fp16")
+    window.exporter.isolation = "process"
+    output = tmp_path / "out" / "pkg"
+    output.parent.mkdir()
+    window.state.set_output(str(output))
+    window.tabs.setCurrentWidget(window.export_panel)
+    cancel = window.export_panel.cancel_button
+
+    def cancel_once_writing(fraction: float, message: str) -> None:
+        if message.startswith("writing") and cancel.isEnabled():
+            assert any(output.parent.iterdir())  # the child has started writing
+            cancel.click()
+
+    window.exporter.progress.connect(cancel_once_writing)
+    with qtbot.waitSignal(window.exporter.cancelled, timeout=120_000):
+        _click(qtbot, window.export_panel.export_button)
+    qtbot.waitUntil(lambda: window.exporter.worker is None, timeout=60_000)
+    assert list(output.parent.iterdir()) == []
+    assert window.exporter.result is None
+
+
+def test_a_job_process_that_dies_is_an_error():
+    try:
+        run_in_process(_die, None, lambda f, m: None, CancelToken())
+    except EngineError as exc:
+        assert "ended without an answer (exit code 3)" in str(exc)
+    else:
+        raise AssertionError("a dead child went unnoticed")
+
+
+def _die(request: object, progress: object, cancel: object) -> None:
+    import os
+
+    os._exit(3)
