@@ -94,7 +94,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             ort_provider="CPUExecutionProvider",
             genai_provider=None,
             fused_ops=_ALL_FUSED,
-            float_dtypes=("fp32", "fp16", "bf16"),
+            float_dtypes=("fp32", "fp16"),
             gqa_dtypes=frozenset({"fp32", "fp16"}),
             int4_accuracy_level=4,
         ),

@@ -17,6 +17,7 @@ import onnx_ir as ir
 from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError
 from engine.genai_config import make_genai_config
+from engine.genai_doc import GenaiDoc
 from engine.models.gemma4 import build_decoder
 from engine.options import ExportOptions
 from engine.package import (
@@ -147,6 +148,7 @@ def export(
             staging / "genai_config.json",
             make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
         )
+        notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
         tokenizer = copy_tokenizer(Path(model_dir) if model_dir is not None else None, staging)
         write_json(staging / MANIFEST, _manifest(export_plan, audit, capture, share_buffer))
         files = folder_files(staging)

@@ -95,6 +95,18 @@ def test_genai_config_sets_capture_per_session(tmp_path: Path):
     )
 
 
+@pytest.mark.parametrize("ep", ["cpu", "webgpu", "cuda"])
+def test_generated_genai_config_passes_lint(tmp_path: Path, ep: str):
+    from engine.genai_doc import GenaiDoc
+
+    result = export(
+        tmp_path / "pkg", preset="gemma4-tiny", options=ExportOptions(ep=ep, random_weights=True)
+    )
+    doc = GenaiDoc.load(result.output)
+    assert doc.lint() == [] and doc.problems() == []
+    assert not any(note.startswith("genai_config lint") for note in result.notes)
+
+
 def test_capture_on_with_standard_attention_is_refused(tmp_path: Path):
     with pytest.raises(OptionsError, match="Concat"):
         export(

@@ -10,6 +10,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from engine.errors import CancelledError, OptionsError, PackageError, SpecError, WeightsError
+from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.progress import CancelToken
 from engine.weights.checkpoint import Checkpoint
@@ -138,3 +139,15 @@ def test_failure_while_writing_keeps_existing_package(
         export(out, model_dir=checkpoint, overwrite=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert leftovers(tmp_path) == []
+
+
+def test_dtype_the_ep_cannot_run_is_refused_before_any_work(tmp_path: Path):
+    with pytest.raises(
+        OptionsError, match="CPU does not run bf16 models; choose one of: fp32, fp16"
+    ):
+        export(
+            tmp_path / "out",
+            preset="gemma4-tiny",
+            options=ExportOptions(ep="cpu", dtype="bf16", random_weights=True),
+        )
+    assert list(tmp_path.iterdir()) == []
