@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +19,8 @@ from engine.runtime.bench import (
     interleave,
     run_bench,
 )
+from tests._support.cli import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = BenchConfig(prompt_length=16, new_tokens=8, repeats=3, warmup=1)
 
 
@@ -135,16 +133,6 @@ def test_cancel_stops_a_benchmark(package: Path):
 
     with pytest.raises(CancelledError):
         run_bench(package, SMALL, progress=cancel_after_loading, cancel=token)
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_bench_cli_json(package: Path):

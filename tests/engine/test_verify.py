@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +11,8 @@ from engine.errors import PackageError
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.runtime.verify import FLOAT_TOLERANCES, QUANTIZED_TOLERANCE, tolerance_for, verify
+from tests._support.cli import cli
 from tests._support.tiny_gemma import make_checkpoint
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -88,16 +85,6 @@ def test_tolerance_follows_the_manifest(made):
 
     assert tolerance_for(open_package(made["fp16"])) == FLOAT_TOLERANCES["fp16"]
     assert tolerance_for(open_package(made["int8"])) == QUANTIZED_TOLERANCE
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_verify_cli_exit_codes_and_verdicts(made):
