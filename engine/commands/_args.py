@@ -146,6 +146,7 @@ class progress_bar:
             bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}",
             file=sys.stderr,
             leave=False,
+            delay=0.5,  # quick runs and early errors draw no bar at all
         )
 
         def report(fraction: float, message: str) -> None:
