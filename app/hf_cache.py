@@ -62,7 +62,7 @@ def _model_type(config: Path) -> str | None:
 
 def scan_cache(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
     """Supported checkpoints in the hub cache(s), sorted by repository."""
-    from engine.spec import SUPPORTED_MODEL_TYPES
+    from engine.hf_config import SUPPORTED_MODEL_TYPES
 
     entries = []
     for root in cache_roots() if roots is None else roots:

@@ -18,6 +18,7 @@ from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError
 from engine.genai_config import make_genai_config
 from engine.genai_doc import GenaiDoc
+from engine.hf_config import load_spec
 from engine.models.gemma4 import build_decoder
 from engine.options import ExportOptions
 from engine.package import (
@@ -32,7 +33,7 @@ from engine.plan import ExportPlan, plan
 from engine.presets import load_preset
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
-from engine.spec import ModelSpec, load_spec
+from engine.spec import ModelSpec
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
 

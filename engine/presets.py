@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from engine.errors import SpecError
-from engine.spec import ModelSpec, spec_from_config
+from engine.hf_config import spec_from_config
+from engine.spec import ModelSpec
 from resources import resource_path
 
 DEFAULT_PRESET = "gemma4-tiny"

@@ -150,8 +150,8 @@ def verify(
         PackageError: The package does not belong to this checkpoint's architecture.
         RuntimeUnavailableError: torch / transformers or the EP are missing.
     """
+    from engine.hf_config import load_spec
     from engine.runtime.runner import Runner, RunnerOptions
-    from engine.spec import load_spec
 
     started = time.perf_counter()
     cancel = cancel or CancelToken()

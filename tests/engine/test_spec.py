@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from engine.errors import SpecError
+from engine.hf_config import spec_from_config
 from engine.presets import list_presets, load_preset, preset_config
-from engine.spec import spec_from_config
 
 OLD_FORMAT = {  # transformers <= 5.14 writes global_* fields
     "model_type": "gemma4_text",
