@@ -41,9 +41,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from engine.models.gemma4_weights import checkpoint_name
 from engine.options import ExportOptions
-from tests._support.tiny_gemma import make_checkpoint
-from tests.conftest import TINY_CONFIGS
-from tests.engine.test_quantized_package import (
+from tests._support.quantized import (
     BLOCK,
     CALM_QK,
     PROMPT,
@@ -58,6 +56,8 @@ from tests.engine.test_quantized_package import (
     reconstruction_errors,
     total_mse,
 )
+from tests._support.tiny_gemma import make_checkpoint
+from tests.conftest import TINY_CONFIGS
 
 
 class TinyModels:

@@ -25,6 +25,13 @@ def reference(tiny_models, tmp_path: Path) -> tuple[Path, list[int], list[np.nda
     return model_dir, tokens, logits
 
 
+def assert_same_run(package: Path, tokens: list[int], logits: list[np.ndarray]) -> None:
+    """The package generates the reference tokens with bit-identical logits."""
+    got_tokens, got_logits = ort_greedy(package, PROMPT, 16)
+    assert got_tokens == tokens
+    assert max(float(np.abs(a - b).max()) for a, b in zip(got_logits, logits, strict=True)) == 0.0
+
+
 def test_multimodal_checkpoint_exports_its_text_decoder(tiny_models, tmp_path: Path):
     model_dir, tokens, logits = reference(tiny_models, tmp_path)
     folder = tmp_path / "multimodal"
@@ -43,9 +50,7 @@ def test_multimodal_checkpoint_exports_its_text_decoder(tiny_models, tmp_path: P
     save_file(tensors, folder / "model.safetensors")
     result = export(tmp_path / "pkg", model_dir=folder)
     assert result.plan.spec.source_model_type == "gemma4"
-    got_tokens, got_logits = ort_greedy(result.output, PROMPT, 16)
-    assert got_tokens == tokens
-    assert max(float(np.abs(a - b).max()) for a, b in zip(got_logits, logits, strict=True)) == 0.0
+    assert_same_run(result.output, tokens, logits)
 
 
 def test_sharded_checkpoint_with_index(tiny_models, tmp_path: Path):
@@ -62,10 +67,7 @@ def test_sharded_checkpoint_with_index(tiny_models, tmp_path: Path):
         save_file({k: tensors[k] for k in keys}, folder / shard)
         weight_map.update(dict.fromkeys(keys, shard))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    result = export(tmp_path / "pkg", model_dir=folder)
-    got_tokens, got_logits = ort_greedy(result.output, PROMPT, 16)
-    assert got_tokens == tokens
-    assert max(float(np.abs(a - b).max()) for a, b in zip(got_logits, logits, strict=True)) == 0.0
+    assert_same_run(export(tmp_path / "pkg", model_dir=folder).output, tokens, logits)
 
 
 def test_bfloat16_checkpoint_is_read_through_ml_dtypes(tiny_models, tmp_path: Path):
