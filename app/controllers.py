@@ -113,7 +113,8 @@ class PreviewController(QObject):
         self._state.clear_error("preview")
         self._state.set_preview(data)
         self.computed.emit(data.compute_ms)
-        self._start_audit(generation, data)
+        if not self._pending:  # a newer request will audit its own plan
+            self._start_audit(generation, data)
 
     def _start_audit(self, generation: int, data: Any) -> None:
         """Second step: audit the built graph and replace the plan-derived readiness."""
@@ -217,7 +218,8 @@ class ExportController(QObject):
         if self.isolation != "auto":
             return self.isolation == "process"
         preview = self._state.preview
-        return preview is not None and preview.total_bytes >= PROCESS_THRESHOLD
+        # Size unknown (no preview yet, or it failed): the child process is the safe choice.
+        return preview is None or preview.total_bytes >= PROCESS_THRESHOLD
 
     def start(self) -> Worker | None:
         """Start an export of the current state; None when one runs or the state is incomplete."""

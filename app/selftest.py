@@ -88,16 +88,20 @@ def _export(window: Any, output: Path, timeout_s: float) -> Any:
     outcome: dict[str, Any] = {}
     loop = QEventLoop()
     exporter = window.exporter
-    exporter.succeeded.connect(lambda r: outcome.update(result=r))
-    exporter.failed.connect(lambda m: outcome.update(error=m))
-    exporter.cancelled.connect(lambda: outcome.update(error="cancelled"))
-    exporter.finished.connect(loop.quit)
+    slots = [
+        (exporter.succeeded, lambda r: outcome.update(result=r)),
+        (exporter.failed, lambda m: outcome.update(error=m)),
+        (exporter.cancelled, lambda: outcome.update(error="cancelled")),
+        (exporter.finished, loop.quit),
+    ]
+    for signal, slot in slots:
+        signal.connect(slot)
     QTimer.singleShot(int(timeout_s * 1000), loop.quit)
     if exporter.start() is None:
         raise RuntimeError(f"the export did not start: {window.state.error[1]}")
     loop.exec()
-    for signal in (exporter.succeeded, exporter.failed, exporter.cancelled, exporter.finished):
-        signal.disconnect()
+    for signal, slot in slots:  # only ours: the window's own slots stay connected
+        signal.disconnect(slot)
     if "result" not in outcome:
         exporter.cancel()
         raise RuntimeError(outcome.get("error", f"no result within {timeout_s:.0f} s"))

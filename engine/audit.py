@@ -172,14 +172,18 @@ def device_placement(
 ) -> tuple[Placement | None, str]:
     """Create a session on the EP (in a subprocess, whose verbose log lists node
     placements) and report the providers. Returns (None, why) when the EP is absent."""
-    proc = subprocess.run(
-        [python or sys.executable, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not measure placement: {exc}"
     if proc.returncode != 0:
-        return None, f"session creation failed: {proc.stderr.strip().splitlines()[-1:]}"
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"session creation failed: {last}"
     status = json.loads(proc.stdout.strip().splitlines()[-1])
     if not status["available"]:
         return None, (

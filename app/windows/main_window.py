@@ -136,8 +136,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         """Cancel running work (exports leave nothing behind) and remember the session."""
         self.exporter.cancel()
-        if self.bench_panel.worker is not None:
-            self.bench_panel.worker.cancel()
+        for worker in (self.bench_panel.worker, self.export_panel.verify_worker):
+            if worker is not None:
+                worker.cancel()
         QThreadPool.globalInstance().waitForDone(10_000)
         self.settings.save_state(self.state)
         self.settings.save_geometry(self)

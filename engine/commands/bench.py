@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(data)
     else:
         _print_table(results, check, error)
+    if error is not None and args.graph_capture != "auto":
+        return 1  # a capture run the user asked for did not happen
     return 1 if check is not None and not check.same_tokens else 0
 
 

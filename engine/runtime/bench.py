@@ -12,6 +12,7 @@ import gc
 import os
 import statistics
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -120,7 +121,9 @@ class BenchSession:
         )
 
     def close(self) -> None:
-        del self._generate, self.runner
+        """Release the runner and its session (safe to call more than once)."""
+        self.__dict__.pop("_generate", None)
+        self.__dict__.pop("runner", None)
         gc.collect()
 
 
@@ -179,21 +182,28 @@ def run_bench(
     scope: Literal["benchmark", "process"] = "benchmark" if _reset_peak_rss() else "process"
     progress(0.0, f"loading ({config.runtime}{' + capture' if graph_capture else ''})")
     session = BenchSession(pkg, config, graph_capture)
-    cancel.raise_if_cancelled()
-    total_runs = config.warmup + config.repeats
-    for i in range(total_runs):
-        timed = i >= config.warmup
-        step = f"{'run' if timed else 'warm-up'} {i + 1}/{total_runs}"
-        progress(0.1 + 0.9 * i / total_runs, step)
-        session.run(timed, cancel)
-    reference = session.runs[0]
-    if keep_logits:
-        progress(0.98, "reference run with logits")
-        reference = session.reference(cancel)
-    progress(1.0, "done")
-    result = session.result(scope)
-    session.close()
-    return result, reference
+    try:  # a cancel or an error must not keep the session (and its device buffers) alive
+        cancel.raise_if_cancelled()
+        total_runs = config.warmup + config.repeats
+        for i in range(total_runs):
+            timed = i >= config.warmup
+            step = f"{'run' if timed else 'warm-up'} {i + 1}/{total_runs}"
+            progress(0.1 + 0.9 * i / total_runs, step)
+            session.run(timed, cancel)
+        reference = session.runs[0]
+        if keep_logits:
+            progress(0.98, "reference run with logits")
+            reference = session.reference(cancel)
+        progress(1.0, "done")
+        return session.result(scope), reference
+    except BaseException as exc:
+        # The traceback's frames (the runner's generate loop) would keep the session and
+        # its device buffers alive for as long as anyone holds the exception.
+        session.close()
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    finally:
+        session.close()
 
 
 def interleave(
@@ -224,33 +234,39 @@ def interleave(
             raise
         except EngineError as exc:
             errors[index] = str(exc)
-            sessions.pop(index, None)
+            failed = sessions.pop(index, None)
+            if failed is not None:
+                failed.close()
             return None
 
-    for i, (config, capture) in enumerate(settings):
-        progress(0.3 * i / len(settings), f"loading {config.runtime}{' + capture' * capture}")
-        session = guarded(i, BenchSession, pkg, config, capture)
-        if session is not None:
-            sessions[i] = session
-    rounds = max(c.warmup + c.repeats for c, _ in settings)
-    for r in range(rounds):
-        progress(0.3 + 0.6 * r / rounds, f"round {r + 1}/{rounds}")
+    try:
+        for i, (config, capture) in enumerate(settings):
+            progress(0.3 * i / len(settings), f"loading {config.runtime}{' + capture' * capture}")
+            session = guarded(i, BenchSession, pkg, config, capture)
+            if session is not None:
+                sessions[i] = session
+        rounds = max(c.warmup + c.repeats for c, _ in settings)
+        for r in range(rounds):
+            progress(0.3 + 0.6 * r / rounds, f"round {r + 1}/{rounds}")
+            for i, session in list(sessions.items()):
+                if r < session.config.warmup + session.config.repeats:
+                    guarded(i, session.run, r >= session.config.warmup, cancel)
+        references: dict[int, Generation] = {}
         for i, session in list(sessions.items()):
-            if r < session.config.warmup + session.config.repeats:
-                guarded(i, session.run, r >= session.config.warmup, cancel)
-    references: dict[int, Generation] = {}
-    for i, session in list(sessions.items()):
-        reference = guarded(i, session.reference, cancel)
-        if reference is not None:
-            references[i] = reference
-    progress(1.0, "done")
-    outcomes = []
-    for i, (config, capture) in enumerate(settings):
-        done = sessions.get(i)
-        result = done.result("process") if done is not None else None
-        outcomes.append(Outcome(config.runtime, capture, result, references.get(i), errors.get(i)))
-    for session in sessions.values():
-        session.close()
+            reference = guarded(i, session.reference, cancel)
+            if reference is not None:
+                references[i] = reference
+        progress(1.0, "done")
+        outcomes = []
+        for i, (config, capture) in enumerate(settings):
+            done = sessions.get(i)
+            result = done.result("process") if done is not None else None
+            outcomes.append(
+                Outcome(config.runtime, capture, result, references.get(i), errors.get(i))
+            )
+    finally:
+        for session in sessions.values():
+            session.close()
     return outcomes
 
 

@@ -77,6 +77,8 @@ class BenchResult:
     def decode_spread(self) -> float:
         """(max - min) / median of decode tok/s over repeats."""
         median = self.decode_tokens_per_second
+        if median <= 0:
+            return 0.0
         return (self.decode_tokens_per_second_max - self.decode_tokens_per_second_min) / median
 
     def to_json(self) -> dict[str, Any]:

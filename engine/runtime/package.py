@@ -127,8 +127,10 @@ def open_package(path: str | os.PathLike[str]) -> Package:
         present_key=outputs.get("present_key_names", defaults.present_key),
         present_value=outputs.get("present_value_names", defaults.present_value),
     )
-    eos = model.get("eos_token_id", ())
-    eos_ids = tuple(int(e) for e in eos) if isinstance(eos, list) else (int(eos),)
+    eos = model.get("eos_token_id")
+    eos_ids = tuple(
+        int(e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos])
+    )
     return Package(
         path=folder.absolute(),
         decoder_file=(folder / filename).absolute(),

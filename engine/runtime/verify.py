@@ -52,7 +52,10 @@ def tolerance_for(package: Package) -> Tolerance:
     """The default tolerance for a package's dtype and quantization."""
     if package.quantized:
         return QUANTIZED_TOLERANCE
-    return FLOAT_TOLERANCES.get(package.dtype or "fp32", FLOAT_TOLERANCES["fp16"])
+    if package.dtype is None:
+        # Not one of ours (no manifest): dtype and quantization unknown, judge loosely.
+        return QUANTIZED_TOLERANCE
+    return FLOAT_TOLERANCES.get(package.dtype, FLOAT_TOLERANCES["fp16"])
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,30 @@ def test_cancel_stops_a_benchmark(package: Path):
         run_bench(package, SMALL, progress=cancel_after_loading, cancel=token)
 
 
+def test_cancelled_benchmark_releases_its_session(package: Path, monkeypatch):
+    """A cancel must not keep the runner (and its device buffers) alive through the
+    exception's traceback."""
+    import weakref
+
+    from engine.runtime import bench as bench_module
+
+    created: list[weakref.ref] = []
+    original = bench_module.BenchSession.__init__
+
+    def tracking_init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        created.append(weakref.ref(self.runner))
+
+    monkeypatch.setattr(bench_module.BenchSession, "__init__", tracking_init)
+    token = CancelToken()
+    try:
+        run_bench(package, SMALL, progress=lambda f, m: f > 0 and token.cancel(), cancel=token)
+    except CancelledError as exc:
+        kept = exc  # the traceback stays referenced, as in the app's errored signal
+    assert created and created[0]() is None
+    del kept
+
+
 def test_bench_cli_json(package: Path):
     result = cli("bench", str(package), "--prompt-len", "8", "--new-tokens", "4", "--json")
     assert result.returncode == 0, result.stderr

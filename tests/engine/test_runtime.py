@@ -199,3 +199,10 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 def test_bad_sampler_settings_are_refused(kwargs: dict, message: str):
     with pytest.raises(OptionsError, match=message):
         Sampler(**kwargs)
+
+
+def test_genai_config_without_eos_opens(copy: Path):
+    config = json.loads((copy / "genai_config.json").read_text())
+    del config["model"]["eos_token_id"]
+    (copy / "genai_config.json").write_text(json.dumps(config))
+    assert open_package(copy).eos_token_ids == ()
