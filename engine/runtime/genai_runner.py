@@ -104,11 +104,10 @@ class GenaiRunner:
         self._og = og
 
     def _provider_options(self, provider: str) -> dict[str, str]:
+        from engine.runtime.package import session_provider_options
+
         decoder = self.package.config.get("model", {}).get("decoder", {})
-        for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
-            if provider in entry:
-                return {k: str(v) for k, v in entry[provider].items()}
-        return {}
+        return session_provider_options(decoder, provider)
 
     def generate(
         self,

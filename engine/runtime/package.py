@@ -233,10 +233,22 @@ def _package_ep(decoder: Mapping[str, Any], manifest: Mapping[str, Any] | None) 
     return "cpu"
 
 
-def _capture_in_config(decoder: Mapping[str, Any]) -> bool:
+def session_provider_options(decoder: Mapping[str, Any], provider: str | None) -> dict[str, str]:
+    """The decoder's ``provider_options`` for one genai provider key, values as strings."""
     for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
-        for options in entry.values():
-            for key in ("enableGraphCapture", "enable_cuda_graph", "enable_graph_capture"):
-                if str(options.get(key, "0")) == "1":
-                    return True
+        if isinstance(entry, Mapping) and provider in entry:
+            return {str(k): str(v) for k, v in entry[provider].items()}
+    return {}
+
+
+def _capture_in_config(decoder: Mapping[str, Any]) -> bool:
+    """Graph capture is on for the decoder: its EP's capture option (from the EP
+    capabilities) is "1", as onnxruntime-genai reads it."""
+    for ep in list_eps():
+        caps = get_caps(ep)
+        if caps.capture_option is None or caps.genai_provider is None:
+            continue
+        options = session_provider_options(decoder, caps.genai_provider)
+        if options.get(caps.capture_option) == "1":
+            return True
     return False

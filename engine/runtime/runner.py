@@ -113,13 +113,10 @@ class Runner:
 
     def _provider_options(self) -> dict[str, str]:
         from engine.caps import get_caps
+        from engine.runtime.package import session_provider_options
 
-        key = get_caps(self.ep).genai_provider
         decoder = self.package.config.get("model", {}).get("decoder", {})
-        for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
-            if key in entry:
-                return {k: str(v) for k, v in entry[key].items()}
-        return {}
+        return session_provider_options(decoder, get_caps(self.ep).genai_provider)
 
     def _describe_io(self) -> None:
         session = self.handle.session

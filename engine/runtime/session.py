@@ -58,7 +58,9 @@ _TRAITS: dict[str, ProviderTraits] = {
         device="dml", install_hint="install onnxruntime-directml on Windows"
     ),
     "NvTensorRTRTXExecutionProvider": ProviderTraits(
-        device="cuda", install_hint="install onnxruntime with the TensorRT-RTX EP"
+        device="cuda",
+        capture_option="enable_cuda_graph",  # as engine.caps says (untested: no such GPU here)
+        install_hint="install onnxruntime with the TensorRT-RTX EP",
     ),
 }
 
