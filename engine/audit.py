@@ -21,6 +21,7 @@ from typing import Any
 import onnx_ir as ir
 
 from engine.caps import EpCapabilities
+from engine.genai_doc import SESSIONS
 
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 DATA_DEPENDENT_SHAPES = frozenset({"Shape", "ConstantOfShape", "Size", "NonZero"})
@@ -233,9 +234,6 @@ def decide_capture(audit: SessionAudit, uses_gqa: bool, mode: str) -> tuple[bool
     return ready, reasons
 
 
-SESSION_KEYS = ("decoder", "embedding", "vision", "speech")
-
-
 def package_sessions(folder: Path) -> list[tuple[str, Path]]:
     """(session name, model path) for every session genai_config.json names."""
     from engine.errors import PackageError
@@ -248,7 +246,7 @@ def package_sessions(folder: Path) -> list[tuple[str, Path]]:
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise PackageError(f"{config_path} is not a valid genai_config ({exc})") from exc
     sessions = []
-    for key in SESSION_KEYS:
+    for key in SESSIONS:
         section = model.get(key)
         if isinstance(section, dict) and section.get("filename"):
             path = folder / section["filename"]

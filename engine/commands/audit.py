@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.package:
         if args.preset or args.model:
             raise OptionsError("give a package folder, or --preset / --model, not both")
-        caps = get_caps(args.ep if args.ep != "cpu" else _package_ep(args.package))
+        from engine.runtime.package import open_package
+
+        # --ep defaults to cpu; a package is audited for the EP it was built for.
+        caps = get_caps(args.ep if args.ep != "cpu" else open_package(args.package).ep)
         audits = audit_package(
             args.package, caps, measure=not args.no_placement, python=args.runtime_python
         )
@@ -71,14 +74,3 @@ def run(args: argparse.Namespace) -> int:
         top = sorted(audit.op_counts.items(), key=lambda kv: -kv[1])[:8]
         print("  ops: " + ", ".join(f"{op} {n}" for op, n in top))
     return 0 if all(a.capture_ready or not a.capture_supported for a in audits) else 1
-
-
-def _package_ep(package: str) -> str:
-    """The EP a package was exported for, from its manifest (default cpu)."""
-    import json
-    from pathlib import Path
-
-    manifest = Path(package) / "export_studio.json"
-    if manifest.is_file():
-        return str(json.loads(manifest.read_text())["options"].get("ep", "cpu"))
-    return "cpu"

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,33 +314,6 @@ def test_capture_past_lavapipe_flash_limit(
     rows = report["logits"]["capture_static"]
     diffs = np.abs(rows - cpu_reference["long_rows"]).max(axis=1)
     assert diffs.max() <= LAVAPIPE_TOL, f"capture vs CPU per step: {diffs.tolist()}"
-
-
-def run_cpu(package: Path, prompt: list[int], steps: int, work: Path) -> dict[str, Any]:
-    """run_package.py on the CPU EP in this environment (share-buffer KV, mask [1, total])."""
-    out = work / "cpu.json"
-    args = [
-        str(package),
-        "--provider",
-        "cpu",
-        "--prompt",
-        ",".join(map(str, prompt)),
-        "--steps",
-        str(steps),
-        "--max-length",
-        str(MAX_LENGTH),
-        "--runs",
-        "plain:dynamic",
-        "--save-logits",
-        str(work / "cpu_logits.npz"),
-        "--json-out",
-        str(out),
-    ]
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), *args], capture_output=True, text=True, check=False
-    )
-    assert out.exists(), done.stderr[-3000:]
-    return json.loads(out.read_text())
 
 
 def test_runner_suite_in_the_webgpu_environment(webgpu_env: Path):
