@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.readiness import SessionReadiness, capture_readiness
+from engine.errors import render_message
 
 if TYPE_CHECKING:
     from engine.options import ExportOptions
@@ -119,7 +120,14 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
             )
             if w.is_split or "max_buffer_size" in w.exceeds:
                 row = SplitRow(
-                    w.name, _storage(w), nbytes, len(w.pieces), largest, w.split_axis, w.note, over
+                    w.name,
+                    _storage(w),
+                    nbytes,
+                    len(w.pieces),
+                    largest,
+                    w.split_axis,
+                    render_message(w.note),
+                    over,
                 )
                 splits.append(row)
         total = sum(by_role.values())
@@ -140,7 +148,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
         largest=tuple(bars[:TOP_TENSORS]),
         splits=tuple(splits),
         readiness=capture_readiness(plan),
-        warnings=tuple(plan.warnings),
+        warnings=tuple(render_message(w) for w in plan.warnings),
         spec_summary=plan.spec.summary(),
         compute_ms=compute_ms,
         plan=plan,

@@ -225,11 +225,13 @@ def decide_capture(audit: SessionAudit, uses_gqa: bool, mode: str) -> tuple[bool
         return False, reasons
     ready = not reasons
     if mode == "on" and not ready:
-        from engine.errors import OptionsError
+        from engine.errors import OptionsError, option
 
         raise OptionsError(
             f"graph capture cannot be switched on for the {audit.session} session on "
-            f"{audit.ep}:\n  " + "\n  ".join(reasons) + "\nUse --graph-capture auto or off."
+            f"{audit.ep}:\n  "
+            + "\n  ".join(reasons)
+            + f"\nUse {option('graph_capture', 'auto')} or off."
         )
     return ready, reasons
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.errors import SpecError
+from engine.errors import SpecError, option
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
@@ -343,7 +343,8 @@ def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
         raise SpecError(
-            f"'{folder}' has no config.json; point --model at a Hugging Face checkpoint folder"
+            f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
+            "checkpoint folder"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from engine.caps import EpCapabilities, get_caps
-from engine.errors import OptionsError
+from engine.errors import OptionsError, option
 
 DType = Literal["fp32", "fp16", "bf16"]
 GraphCapture = Literal["auto", "on", "off"]
@@ -90,13 +90,15 @@ class ExportOptions:
             raise OptionsError(f"graph capture must be auto, on or off, got '{self.graph_capture}'")
         if self.graph_capture == "on" and not caps.graph_capture:
             raise OptionsError(
-                f"{caps.display_name} does not support graph capture; use --graph-capture off"
+                f"{caps.display_name} does not support graph capture; "
+                f"use {option('graph_capture', 'off')}"
             )
         if self.attention not in ("auto", "gqa", "standard"):
             raise OptionsError(f"attention must be auto, gqa or standard, got '{self.attention}'")
         if self.attention == "gqa" and not caps.supports("GroupQueryAttention"):
             raise OptionsError(
-                f"{caps.display_name} has no GroupQueryAttention; use --attention standard"
+                f"{caps.display_name} has no GroupQueryAttention; "
+                f"use {option('attention', 'standard')}"
             )
         if self.max_buffer_size is not None and self.max_buffer_size < 1024:
             raise OptionsError(

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.errors import PackageError
+from engine.errors import PackageError, option
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -35,7 +35,8 @@ def check_destination(output: str | os.PathLike[str], overwrite: bool) -> Path:
     out = Path(output).expanduser().absolute()
     if out.exists() and not overwrite:
         raise PackageError(
-            f"'{out}' already exists; choose another folder or pass --overwrite to replace it"
+            f"'{out}' already exists; choose another folder or pass {option('overwrite')} "
+            "to replace it"
         )
     if out.exists() and not out.is_dir():
         raise PackageError(f"'{out}' exists and is not a folder; it will not be replaced")

@@ -15,7 +15,7 @@ from typing import Any
 import onnx_ir as ir
 
 from engine.audit import SessionAudit, audit_model, decide_capture
-from engine.errors import OptionsError
+from engine.errors import OptionsError, option, render_message
 from engine.genai_config import make_genai_config
 from engine.genai_doc import GenaiDoc
 from engine.hf_config import load_spec
@@ -97,7 +97,7 @@ def export(
     if model_dir is None and not options.random_weights:
         raise OptionsError(
             f"preset '{preset}' has no weights; "
-            "pass --random-weights for an architecture-only package"
+            f"pass {option('random_weights')} for an architecture-only package"
         )
     export_plan = plan(spec, options)
     out = check_destination(output, overwrite)
@@ -184,6 +184,6 @@ def _manifest(
         "plan": {
             "total_bytes": export_plan.nbytes,
             "context_length": export_plan.context_length,
-            "warnings": list(export_plan.warnings),
+            "warnings": [render_message(w) for w in export_plan.warnings],
         },
     }

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.errors import OptionsError
+from engine.errors import OptionsError, option
 from engine.logical import LogicalWeight
 from engine.models.gemma4_weights import logical_weights, rope_weights
 from engine.options import ExportOptions
@@ -231,7 +231,10 @@ def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
         storage = "float"
         note = "tied: MatMul over the embedding table"
         if options.weight_bits is not None and options.quantize_lm_head:
-            note += " (kept float to store the table once; quantize it with --embedding-bits)"
+            note += (
+                " (kept float to store the table once; "
+                f"quantize it with {option('embedding_bits')})"
+            )
     if w_embed.is_split:
         note += f", summed over its {len(w_embed.pieces)} hidden-axis pieces"
     return WeightPlan(
@@ -268,7 +271,7 @@ def attention_path(spec: ModelSpec, options: ExportOptions) -> Literal["gqa", "s
         if bad:
             raise OptionsError(
                 f"GroupQueryAttention needs head sizes that are multiples of {GQA_HEAD_MULTIPLE}; "
-                f"this model has {bad}. Use --attention standard (or auto)"
+                f"this model has {bad}. Use {option('attention', 'standard')} (or auto)"
             )
         return "gqa"
     return "gqa" if options.uses_gqa and not bad else "standard"
@@ -313,7 +316,8 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         elif "max_storage_binding_size" in wp.exceeds and not wp.is_split:
             warnings.append(
                 f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the spec-default storage binding "
-                "size; adapters that grant more run it, others need a lower --max-buffer-size"
+                "size; adapters that grant more run it, others need a lower "
+                f"{option('max_buffer_size')}"
             )
     decoder = SessionPlan("decoder", "model.onnx", tuple(weights))
     return ExportPlan(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from engine.caps import EpCapabilities
 from engine.dtypes import itemsize
+from engine.errors import render_message
 from engine.logical import LogicalWeight
 from engine.options import ExportOptions
 from engine.spec import ModelSpec
@@ -180,7 +181,7 @@ class ExportPlan:
                 "max_storage_binding_size": self.caps.max_storage_binding_size,
             },
             "total_bytes": self.nbytes,
-            "warnings": list(self.warnings),
+            "warnings": [render_message(w) for w in self.warnings],
             "sessions": [
                 {
                     "name": s.name,
@@ -218,7 +219,7 @@ def _weight_json(w: WeightPlan) -> dict[str, Any]:
         ],
         "exceeds": list(w.exceeds),
         "pieces_exceed": list(w.pieces_exceed),
-        "note": w.note,
+        "note": render_message(w.note),
         "tensors": [
             {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
             for t in w.tensors()

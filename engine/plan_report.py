@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.errors import render_message
 from engine.plan import ExportPlan, WeightPlan
 from engine.units import format_bytes
 
@@ -56,5 +57,5 @@ def render_plan(plan: ExportPlan, top: int = 12) -> str:
         lines.append("")
     lines.append(f"total: {format_bytes(plan.nbytes)} ({plan.nbytes:,} B)")
     for warning in plan.warnings:
-        lines.append(f"warning: {warning}")
+        lines.append(f"warning: {render_message(warning)}")
     return "\n".join(lines)

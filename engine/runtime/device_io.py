@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import RuntimeUnavailableError
+from engine.errors import RuntimeUnavailableError, option
 
 _ONNX_TYPES = {
     np.dtype(np.float32): 1,
@@ -111,7 +111,7 @@ def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], prov
         if dtype not in _ONNX_TYPES:
             raise RuntimeUnavailableError(
                 f"{name}: {dtype} tensors cannot be uploaded by this runner; "
-                "use --runtime genai for this package"
+                f"use {option('runtime', 'genai')} for this package"
             )
         elem = _ONNX_TYPES[dtype]
         inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.caps import get_caps
-from engine.errors import EngineError, OptionsError, RuntimeUnavailableError
+from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
 from engine.progress import CancelToken
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
@@ -78,12 +78,13 @@ class GenaiRunner:
         if graph_capture:
             if caps.capture_option is None or provider is None:
                 raise OptionsError(
-                    f"{caps.display_name} has no graph capture; use --graph-capture off"
+                    f"{caps.display_name} has no graph capture; "
+                    f"use {option('graph_capture', 'off')}"
                 )
             if not self.package.share_buffer:
                 raise OptionsError(
                     "graph capture needs past_present_share_buffer (a GroupQueryAttention "
-                    "package); use --graph-capture off"
+                    f"package); use {option('graph_capture', 'off')}"
                 )
         if provider is not None and caps.capture_option is not None:
             capture = self.package.graph_capture if graph_capture is None else graph_capture

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from engine.errors import EngineError, OptionsError, RuntimeUnavailableError
+from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
 from engine.progress import CancelToken
 from engine.runtime.device_io import StaticTensors
 from engine.runtime.generation import Generation
@@ -138,7 +138,7 @@ class Runner:
         if unsupported:
             raise RuntimeUnavailableError(
                 f"KV cache of type {', '.join(sorted(unsupported))} is not supported by this "
-                "runner; use --runtime genai"
+                f"runner; use {option('runtime', 'genai')}"
             )
         self.float_dtype = _FLOATS[next(iter(float_types))]
         for name in self.past_names:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.caps import EpCapabilities, get_caps
-from engine.errors import OptionsError, RuntimeUnavailableError
+from engine.errors import OptionsError, RuntimeUnavailableError, option
 
 CPU = "CPUExecutionProvider"
 
@@ -99,7 +99,7 @@ def require_provider(ep: str) -> EpCapabilities:
             f"the {caps.display_name} EP ({caps.ort_provider}) is not available in this "
             f"onnxruntime (it offers {', '.join(offered)}); "
             + (f"{hint}, or " if hint else "")
-            + "run on an EP listed there with --ep"
+            + f"run on an EP listed there with {option('ep')}"
         )
     return caps
 
@@ -148,7 +148,7 @@ def create_session(
     if graph_capture and (trait.capture_option is None or not caps.graph_capture):
         raise OptionsError(
             f"graph capture is not available for {caps.display_name} from Python; "
-            "use --graph-capture off"
+            f"use {option('graph_capture', 'off')}"
         )
     options = {k: v for k, v in (provider_options or {}).items() if k != trait.capture_option}
     if graph_capture and trait.capture_option is not None:
@@ -174,7 +174,7 @@ def create_session(
         message = str(exc)
         hint = (
             "; the graph has nodes this EP cannot run, so capture is refused: "
-            "run `python -m engine bench --graph-capture off` or rebuild for capture"
+            f"benchmark with {option('graph_capture', 'off')} or rebuild for capture"
             if graph_capture and "graph capture" in message.lower()
             else ""
         )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.dtypes import from_safetensors, numpy_dtype
-from engine.errors import WeightsError
+from engine.errors import WeightsError, option
 
 _MAX_HEADER = 100 * 1024 * 1024
 _CHUNK_BYTES = 64 * 1024 * 1024
@@ -113,7 +113,7 @@ class Checkpoint:
         if not files:
             raise WeightsError(
                 f"'{self.folder}' has no .safetensors files; export needs safetensors weights "
-                "(or use --random-weights for an architecture-only package)"
+                f"(or use {option('random_weights')} for an architecture-only package)"
             )
         self.entries: dict[str, TensorEntry] = {}
         for path in files:
