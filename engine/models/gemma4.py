@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from engine.build import attention as attn
-from engine.build.components import (
+from engine.graph import attention as attn
+from engine.graph.components import (
     embedding,
     gather_rows,
     gelu,
@@ -22,7 +22,7 @@ from engine.build.components import (
     skip_rms_norm,
     softcap,
 )
-from engine.build.context import BuildContext
+from engine.graph.context import BuildContext
 from engine.plan import ExportPlan
 from engine.spec import LayerSpec
 from engine.weights.factory import TensorFactory

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from engine.build.context import BuildContext
+from engine.graph.context import BuildContext
 from engine.plan import WeightPlan
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from engine.build.context import BuildContext
+from engine.graph.context import BuildContext
 from engine.spec import AttentionKind, LayerSpec
 
 F32 = ir.DataType.FLOAT

@@ -1,0 +1,1 @@
+"""The graph-building toolkit: the build context, shared components and attention lowerings."""
