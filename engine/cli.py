@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
 from engine.commands import COMMAND_MODULES
 from engine.errors import CancelledError, EngineError
 from engine.presets import DEFAULT_PRESET
+from engine.progress import InterruptOnSignals
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,17 +26,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns 0 on success, 2 for errors the user can fix, 130 on cancel."""
+    """Run the CLI; returns 0 on success, 2 for errors the user can fix, 128 + the signal
+    on a cancel (130 for Ctrl-C; SIGTERM and SIGHUP cancel as Ctrl-C does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["info", "--preset", DEFAULT_PRESET]
     args = build_parser().parse_args(argv)
-    try:
-        code: int = args.handler(args)
-        return code
-    except CancelledError as exc:
-        print(f"cancelled: {exc}", file=sys.stderr)
-        return 130
-    except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with InterruptOnSignals() as signals:
+        try:
+            code: int = args.handler(args)
+            return code
+        except (CancelledError, KeyboardInterrupt) as exc:
+            reason = str(exc) if isinstance(exc, CancelledError) else "interrupted"
+            print(f"cancelled: {reason}", file=sys.stderr)
+            return 128 + (signals.signum or signal.SIGINT)
+        except EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2

@@ -23,13 +23,13 @@ from engine.models.gemma4 import build_decoder
 from engine.options import ExportOptions
 from engine.package import (
     MANIFEST,
-    check_destination,
     copy_tokenizer,
     folder_files,
     staging_folder,
     write_json,
 )
 from engine.plan import ExportPlan, plan
+from engine.preflight import preflight
 from engine.presets import load_preset
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
@@ -100,7 +100,8 @@ def export(
             f"pass {option('random_weights')} for an architecture-only package"
         )
     export_plan = plan(spec, options)
-    out = check_destination(output, overwrite)
+    ready = preflight(export_plan, output, overwrite=overwrite, model_dir=model_dir)
+    out = ready.output
     source: WeightSource
     if options.random_weights:
         source = RandomSource(options.seed)
@@ -120,7 +121,8 @@ def export(
         audit, export_plan.uses_gqa, export_plan.options.graph_capture
     )
     share_buffer = export_plan.uses_gqa
-    notes = [f"{family}: {count} rewrites" for family, count in rewrites.items() if count]
+    notes = [*ready.notes]
+    notes += [f"{family}: {count} rewrites" for family, count in rewrites.items() if count]
     if export_plan.caps.graph_capture and not capture:
         notes += [f"graph capture off: {reason}" for reason in capture_reasons[:5]]
     cancel.raise_if_cancelled()

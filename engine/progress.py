@@ -7,9 +7,10 @@ tests pass a recording callable and no event loop.
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.errors import CancelledError
 
@@ -72,3 +73,37 @@ class Stepper:
 
 
 ProgressFactory = Callable[[float, float], Progress]
+
+
+class InterruptOnSignals:
+    """Within the block, SIGTERM and SIGHUP interrupt the work as SIGINT does.
+
+    The first of them raises :class:`KeyboardInterrupt` in the main thread, so the work
+    unwinds through its cleanup (a cancelled export leaves nothing behind); later ones are
+    ignored while that cleanup runs. ``signum`` tells which signal it was. Outside the main
+    thread, or where the signals do not exist, the block runs unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> InterruptOnSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in ("SIGTERM", "SIGHUP"):
+            number = getattr(signal, name, None)
+            if number is not None:
+                self._saved[number] = signal.signal(number, self._interrupt)
+        return self
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._saved.items():
+            signal.signal(number, handler)
+        self._saved.clear()
