@@ -27,7 +27,7 @@ from engine.plan_model import (
     WeightPlan,
     quantized_shapes,
 )
-from engine.quantize import check_quantizable
+from engine.quantize import check_quantizable, check_shareable
 from engine.spec import ModelSpec
 
 __all__ = [
@@ -101,6 +101,8 @@ def _pieces_along(
     for i, (start, stop) in enumerate(bounds):
         piece_shape = list(shape)
         piece_shape[axis] = stop - start
+        if bits is not None and block_size is not None:  # a split may make a table odd
+            check_quantizable(base, tuple(piece_shape), bits, block_size, storage)
         name = base if len(bounds) == 1 else f"{base}.part{i}"
         pieces.append(
             Piece(
@@ -142,8 +144,10 @@ def _plan_weight(
             storage = "float"
     else:
         storage = "float"
+    if bits is not None and options.keeps_float(w.name):
+        storage, bits, block = ("float_t" if role == "linear" else "float"), None, None
     if bits is not None and block is not None:
-        check_quantizable(w.name, w.shape, bits, block)
+        check_quantizable(w.name, w.shape, bits, block, storage)
 
     def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
         return _pieces_along(
@@ -225,6 +229,7 @@ def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
     """The tied LM head reuses the token embedding's initializers."""
     head = LogicalWeight("lm_head.weight", w_embed.weight.shape, "lm_head")
     if w_embed.storage == "gbq":
+        check_shareable(w_embed.name, w_embed.weight.shape, w_embed.block_size)
         storage: Storage = "matmulnbits"
         note = "tied: MatMulNBits over the quantized embedding's bytes"
     else:

@@ -129,18 +129,24 @@ def exported_weights(result: ExportResult) -> Iterator[tuple[WeightPlan, np.ndar
         if not wp.quantized or wp.shares:
             continue
         assert wp.bits is not None and wp.block_size is not None
-        assert len(wp.pieces) == 1, f"{wp.name}: the CPU plan does not split"
-        rows, cols = wp.weight.shape
-        blocks = cols // wp.block_size
-        parts = {t.part: arrays[t.name] for t in wp.pieces[0].tensors}
-        zero_points = parts.get("zero_points")
-        if zero_points is None:  # symmetric MatMulNBits: the op's implicit 8 / 128
-            fill = 0x88 if wp.bits == 4 else 128
-            zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
-        packed = QuantizedBlocks(
-            parts["qweight"].reshape(rows, -1), parts["scales"].reshape(rows, blocks), zero_points
-        )
-        yield wp, dequantize(packed, bits=wp.bits, block_size=wp.block_size)
+        restored = []
+        for piece in wp.pieces:  # split tables: each piece is quantized on its own
+            shape = list(wp.weight.shape)
+            shape[piece.axis] = piece.stop - piece.start
+            rows, cols = shape
+            blocks = -(-cols // wp.block_size)  # MatMulNBits pads K to whole blocks
+            parts = {t.part: arrays[t.name] for t in piece.tensors}
+            zero_points = parts.get("zero_points")
+            if zero_points is None:  # symmetric MatMulNBits: the op's implicit 8 / 128
+                fill = 0x88 if wp.bits == 4 else 128
+                zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
+            packed = QuantizedBlocks(
+                parts["qweight"].reshape(rows, -1),
+                parts["scales"].reshape(rows, blocks),
+                zero_points,
+            )
+            restored.append(dequantize(packed, bits=wp.bits, block_size=wp.block_size, cols=cols))
+        yield wp, np.concatenate(restored, axis=wp.split_axis or 0)
 
 
 def stored_bytes(result: ExportResult) -> dict[str, int]:

@@ -75,6 +75,7 @@ def test_a_burst_of_changes_is_throttled(qtbot, window: MainWindow):
 
 def test_options_the_plan_refuses_show_in_the_banner(qtbot, window: MainWindow, screens):
     _choose(window.target_panel.weight_bits, 4)
+    _choose(window.target_panel.embedding_bits, 4)  # the tied head shares the table's blocks
     _choose(window.target_panel.block_size, 128)  # the tiny model's hidden size is 64
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
     assert "block size 128 does not divide" in window.banner.text
