@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import PackageError, option
+from engine.errors import EngineError, PackageError, option
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -350,9 +350,24 @@ def staging_folder(output: Path, overwrite: bool) -> Iterator[Path]:
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         _remove_empty(created)
-        if isinstance(exc, OSError):
-            raise _write_error(exc, output) from exc
+        cause = _engine_cause(exc) or exc  # the writer may wrap it (onnx_ir's SerdeError)
+        if isinstance(cause, OSError):
+            raise _write_error(cause, output) from cause
+        if cause is not exc:
+            raise cause from None
         raise
+
+
+def _engine_cause(exc: BaseException) -> BaseException | None:
+    """The engine's own error (or an OSError) that a library wrapped, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (EngineError, OSError, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _write_error(exc: OSError, output: Path) -> PackageError:

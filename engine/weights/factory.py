@@ -12,10 +12,12 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from engine.dtypes import ir_dtype, numpy_dtype
+from engine.errors import WeightsError, option
 from engine.plan import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
 from engine.progress import CancelToken
 from engine.spec import ModelSpec
@@ -32,6 +34,18 @@ class _Pending:
     lock: threading.Lock
     parts: dict[str, np.ndarray] | None = None
     remaining: int = 0
+
+
+def _offset(piece: Piece, rows_read: int) -> tuple[int, int]:
+    """Where a chunk read ``rows_read`` rows into a piece starts in the whole tensor."""
+    if piece.axis == 0:
+        return piece.start + rows_read, 0
+    return rows_read, piece.start
+
+
+def _position(index: np.ndarray, offset: tuple[int, int]) -> str:
+    """``[row, col]`` of an element of a chunk, in the whole tensor's indices."""
+    return str([int(i) + offset[axis] for axis, i in enumerate(index[:2])] + list(index[2:]))
 
 
 def rope_cache(spec: ModelSpec, name: str, length: int) -> np.ndarray:
@@ -88,11 +102,46 @@ class TensorFactory:
             return self._quantized_part(weight, piece, tensor)
         if weight.storage == "float_t":
             data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
+            self._check_values(weight, data, target, _offset(piece, 0))
             return np.ascontiguousarray(data.T.astype(target, copy=False))
         out = np.empty(tensor.shape, dtype=target)
         for rows, chunk in self._row_chunks(weight, piece):
+            self._check_values(weight, chunk, target, _offset(piece, rows.start or 0))
             out[rows] = chunk
         return out
+
+    def _check_values(
+        self, weight: WeightPlan, data: np.ndarray, target: np.dtype, offset: tuple[int, int]
+    ) -> None:
+        """Refuse NaN / infinite values, and values the target float dtype cannot hold."""
+        if getattr(self.source, "values_trusted", False) or data.size == 0:
+            return
+        limit = float(ml_dtypes.finfo(target).max)
+        with np.errstate(invalid="ignore"):  # NaN propagates into both
+            lo, hi = float(np.min(data)), float(np.max(data))
+        if -limit <= lo and hi <= limit:
+            return
+        values = np.asarray(data, dtype=np.float32)
+        name = self._tensor_name(weight)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            where = _position(np.argwhere(bad)[0], offset)
+            raise WeightsError(
+                f"{name} holds {int(bad.sum()):,} NaN or infinite value(s), the first at "
+                f"{where}: the checkpoint is damaged. Re-download it or re-save it from a "
+                "model that loads in transformers"
+            )
+        index = np.argwhere(np.abs(values) > limit)[0]
+        value = float(values[tuple(index)])
+        raise WeightsError(
+            f"{name} holds {value:.6g} at {_position(index, offset)}, beyond the largest "
+            f"{self.plan.options.dtype} value ({limit:.6g}); export with "
+            f"{option('dtype', 'fp32')} (or bf16 where the EP runs it)"
+        )
+
+    def _tensor_name(self, weight: WeightPlan) -> str:
+        describe = getattr(self.source, "tensor_name", None)
+        return f"'{describe(weight.weight)}'" if describe else f"'{weight.name}'"
 
     def _row_chunks(self, weight: WeightPlan, piece: Piece) -> Iterator[tuple[slice, np.ndarray]]:
         """The piece's source data in bounded row chunks (rows are independent for every
@@ -133,10 +182,11 @@ class TensorFactory:
         assert weight.bits is not None and weight.block_size is not None
         rows = piece.stop - piece.start if piece.axis == 0 else weight.weight.shape[0]
         cols = weight.weight.shape[1] if piece.axis == 0 else piece.stop - piece.start
-        shapes = quantized_shapes(rows, cols, weight.bits, weight.block_size, "gbq")
+        shapes = quantized_shapes(rows, cols, weight.bits, weight.block_size, weight.storage)
         scale_dtype = numpy_dtype(weight.dtype)
         parts = {
-            "qweight": np.empty(shapes["qweight"], np.uint8),
+            # 2-D [rows, bytes]: MatMulNBits' blocks padded to whole ones, GBQ's rows as they are.
+            "qweight": np.empty((rows, math.prod(shapes["qweight"][1:])), np.uint8),
             "scales": np.empty(shapes["scales"], scale_dtype),
             "zero_points": np.empty(shapes["zero_points"], np.uint8),
         }
@@ -148,8 +198,12 @@ class TensorFactory:
                 symmetric=weight.symmetric,
                 scale_dtype=scale_dtype,
                 method=self.plan.options.quant_method,
+                name=self._tensor_name(weight),
             )
-            parts["qweight"][index] = blocks.qweight
+            qweight = blocks.qweight
+            if weight.storage == "gbq":
+                qweight = blocks.gather_data(cols, weight.bits)
+            parts["qweight"][index] = qweight
             parts["scales"][index] = blocks.scales
             parts["zero_points"][index] = blocks.zero_points
         return parts

@@ -45,10 +45,16 @@ class CheckpointSource:
             for key in self.checkpoint.entries
             if key not in needed and not ignorable(self.spec, key)
         ]
+        not_float = [
+            f"{key}: {self.checkpoint.entries[key].code}"
+            for key in needed
+            if key in self.checkpoint and not self.checkpoint.entries[key].is_float
+        ]
         problems = []
         for label, items in (
             ("missing", missing),
             ("with the wrong shape", misshaped),
+            ("stored as integers or another non-float dtype where float weights belong", not_float),
             ("unexpected", unexpected),
         ):
             if items:
@@ -71,6 +77,10 @@ class CheckpointSource:
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
         return self.checkpoint.read(checkpoint_name(self.spec, weight.name), axis, start, stop)
 
+    def tensor_name(self, weight: LogicalWeight) -> str:
+        """The weight's name in the checkpoint files (for messages)."""
+        return checkpoint_name(self.spec, weight.name)
+
 
 class RandomSource:
     """Seeded random weights for architecture-only packages (previews, benchmarks).
@@ -78,6 +88,9 @@ class RandomSource:
     Each stored piece is drawn from its own generator keyed by the seed, the weight's
     name and the slice, so the same plan always produces the same bytes.
     """
+
+    values_trusted = True
+    """Its values are finite and small: the writer need not check them."""
 
     def __init__(self, seed: int = 0, std: float = 0.02) -> None:
         self.seed = seed
