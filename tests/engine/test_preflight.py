@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine import preflight
-from engine.errors import OptionsError, PackageError
+from engine.errors import OptionsError, PackageError, SpecError
 from engine.options import ExportOptions
 from engine.pipeline import export
 from tests._support.cli import ROOT, cli
@@ -30,13 +30,23 @@ def random(**options: object) -> ExportOptions:
     return ExportOptions(random_weights=True, **options)  # type: ignore[arg-type]
 
 
-def test_absurd_sizes_are_refused_before_any_work_with_the_numbers(tmp_path: Path):
+def test_absurd_sizes_are_refused_before_any_work_with_the_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # vocab 1e12 planned 582 TiB: no model's tokens can be counted with int32.
     model = config_only(tmp_path / "huge", vocab_size=10**12)
+    with pytest.raises(SpecError, match="'vocab_size' is 1,000,000,000,000, larger than any"):
+        export(tmp_path / "out", model_dir=model, options=random())
+    # The largest vocabulary that can be counted still needs 512 GiB for its table.
+    shutil.rmtree(model)
+    model = config_only(tmp_path / "huge", vocab_size=2**31 - 1)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: usage._replace(free=10 * 2**30))
     with pytest.raises(PackageError) as info:
         export(tmp_path / "out", model_dir=model, options=random())
     message = str(info.value)
-    assert re.search(r"the package would take 232\.8 TiB \(256,000,001,\d{3},\d{3} B\)", message)
-    assert "free" in message and "--weight-bits 4" in message
+    assert re.search(r"the package would take 512\.0 GiB \(549,757,592,024 B\)", message), message
+    assert "has only 10.0 GiB free" in message and "--weight-bits 4" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["huge"]
 
 
