@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.commands._args import print_json, progress_bar
+from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError
 
 
@@ -19,12 +19,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="our onnxruntime loop (ort) or onnxruntime-genai",
     )
     parser.add_argument("--ep", default=None, help="execution provider (default: the package's)")
-    parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     parser.add_argument(
-        "--new-tokens", type=int, default=64, help="tokens to generate (default 64)"
+        "--prompt-len",
+        type=count,
+        default=None,
+        help="prompt tokens (default 128, less if the package is shorter)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument(
+        "--new-tokens",
+        type=count,
+        default=None,
+        help="tokens to generate (default 64, less if the package is shorter)",
+    )
+    parser.add_argument("--repeats", type=count, default=3, help="timed runs (default 3)")
+    parser.add_argument("--warmup", type=count, default=1, help="untimed runs first (default 1)")
     parser.add_argument(
         "--graph-capture",
         choices=("auto", "on", "off", "both"),
@@ -37,23 +45,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="ort runtime: shared preallocated KV buffer or growing KV",
     )
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    parser.add_argument("--threads", type=count, default=None, help="intra-op threads")
+    parser.add_argument("--seed", type=count, default=0, help="seed of the random prompt")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.runtime.bench import BenchConfig, compare_capture, run_bench, validate_capture
+    from engine.runtime.bench import (
+        BenchConfig,
+        compare_capture,
+        fit_lengths,
+        run_bench,
+        validate_capture,
+    )
     from engine.runtime.package import open_package
 
     package = open_package(args.package)
+    prompt_length, new_tokens = fit_lengths(package, args.prompt_len, args.new_tokens)
     config = BenchConfig(
         runtime=args.runtime,
         ep=args.ep,
-        prompt_length=args.prompt_len,
-        new_tokens=args.new_tokens,
+        prompt_length=prompt_length,
+        new_tokens=new_tokens,
         repeats=args.repeats,
         warmup=args.warmup,
         kv_mode=args.kv_mode,
