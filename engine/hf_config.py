@@ -354,6 +354,13 @@ def spec_from_config(
             )
 
     ple_dim = text.optional("hidden_size_per_layer_input", 0)
+    ple_vocab = text.optional("vocab_size_per_layer_input", vocab, least=1) if ple_dim else 0
+    if ple_dim and ple_vocab < vocab:
+        raise text.error(
+            "vocab_size_per_layer_input",
+            f"is {ple_vocab}, smaller than vocab_size ({vocab}): tokens {ple_vocab} and above "
+            "would have no per-layer embedding (transformers fails on them too)",
+        )
     bos, eos, pad = _token_ids(vocab, text, top)
     softcap = text.optional("final_logit_softcapping", None, float)
     if softcap is not None and softcap < 0:
@@ -386,9 +393,7 @@ def spec_from_config(
         final_logit_softcapping=softcap if softcap else None,
         tie_word_embeddings=tie,
         ple_dim=ple_dim,
-        ple_vocab_size=(
-            text.optional("vocab_size_per_layer_input", vocab, least=1) if ple_dim else 0
-        ),
+        ple_vocab_size=ple_vocab,
         bos_token_id=bos,
         eos_token_ids=eos,
         pad_token_id=pad,

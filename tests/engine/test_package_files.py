@@ -134,3 +134,40 @@ def test_wrong_typed_manifest_fields_do_not_break_opening(
     else:
         with pytest.raises(PackageError, match="'options' must be an object"):
             open_package(edited)
+
+
+def test_a_run_that_fails_after_loading_leaves_no_profile_behind(
+    short_package: Path, tmp_path: Path
+):
+    """The first run is profiled (to count nodes per provider); a run that failed before the
+    profile was read left onnxruntime's profile file in the temporary folder (fuzz case)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests._support.cli import ROOT
+
+    edited = _edited(short_package, tmp_path, _set("model.decoder.inputs.input_ids", "ids"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "bench", str(edited), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+        timeout=300,
+    )
+    assert done.returncode == 2 and "has no input 'ids'" in done.stderr, done.stderr
+    # onnxruntime keeps one session-id file there (.ses) whatever we do.
+    assert sorted(p.name for p in temp.iterdir() if p.name != ".ses") == []
+
+
+def test_a_genai_config_onnxruntime_genai_cannot_parse_is_one_error_line(
+    short_package: Path, tmp_path: Path
+):
+    edited = _edited(short_package, tmp_path, _set("model.bos_token_id", [[1, 2]]))
+    done = cli("bench", str(edited), "--runtime", "genai", "--quiet")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: onnxruntime-genai cannot read ")
+    assert "fix the file or rebuild the package" in done.stderr and "Traceback" not in done.stderr

@@ -116,6 +116,8 @@ def test_multimodal_config_reads_nested_text_config():
         ({"vocab_size": 10**12}, "larger than any model can use"),
         ({"num_hidden_layers": 5000}, "exports at most 1024"),
         ({"hidden_size": True}, "'hidden_size' must be a number, got True"),
+        # Found by the fuzzer: the package built, then failed on token ids >= 130.
+        ({"vocab_size_per_layer_input": 130}, "is 130, smaller than vocab_size"),
         (
             {"rope_parameters": {"full_attention": {"partial_rotary_factor": 0}}},
             r"'partial_rotary_factor' must be in \(0, 1\]",
