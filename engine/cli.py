@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -33,8 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["info", "--preset", DEFAULT_PRESET]
     args = build_parser().parse_args(argv)
     with InterruptOnSignals() as signals:
+        args.cancel = signals.cancel  # long commands pass it on: work stops at its next check
         try:
             code: int = args.handler(args)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
             return code
         except (CancelledError, KeyboardInterrupt) as exc:
             reason = str(exc) if isinstance(exc, CancelledError) else "interrupted"
@@ -42,4 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 128 + (signals.signum or signal.SIGINT)
         except EngineError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, as a shell tool does.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 128 + getattr(signal, "SIGPIPE", 13)
+        except OSError as exc:
+            # A file system refusal no check foresaw (a folder this user may not enter, a
+            # disk gone): one line that names the file, not a traceback.
+            where = f": '{exc.filename}'" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
             return 2

@@ -406,17 +406,19 @@ def spec_from_config(
 def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``config.json`` from a checkpoint folder, with errors that say what to fix."""
     folder = Path(model_dir)
-    if not folder.is_dir():
-        raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
     path = folder / "config.json"
-    if not path.is_file():
-        raise SpecError(
-            f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
-            "checkpoint folder"
-        )
     try:
+        if not folder.is_dir():
+            raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
+        if not path.is_file():
+            raise SpecError(
+                f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
+                "checkpoint folder"
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except OSError as exc:  # a folder this user may not enter, an unreadable file
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise SpecError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a JSON object at the top level")

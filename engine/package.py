@@ -89,6 +89,21 @@ def check_destination(
     Raises:
         PackageError: The destination cannot or must not be written.
     """
+    try:
+        return _check_destination(output, overwrite, protect)
+    except OSError as exc:  # a parent this user may not enter
+        raise PackageError(
+            f"cannot use '{output}' as the package folder: {exc.strerror or exc}"
+            + (f" ('{exc.filename}')" if exc.filename else "")
+            + "; choose another folder"
+        ) from exc
+
+
+def _check_destination(
+    output: str | os.PathLike[str],
+    overwrite: bool,
+    protect: Iterable[str | os.PathLike[str] | None],
+) -> Path:
     out = resolve_output(output)
     _refuse_protected(out, [("the current folder", Path.cwd()), *_labelled(protect)])
     if out.exists():
@@ -290,7 +305,9 @@ def _tree_bytes(folder: Path) -> int:
     for dirpath, _, filenames in os.walk(folder):
         for name in filenames:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+                info = os.lstat(os.path.join(dirpath, name))
+                # Blocks in use, not the apparent size: the writer's data file is sparse.
+                total += getattr(info, "st_blocks", info.st_size // 512) * 512
     return total
 
 

@@ -76,31 +76,36 @@ ProgressFactory = Callable[[float, float], Progress]
 
 
 class InterruptOnSignals:
-    """Within the block, SIGTERM and SIGHUP interrupt the work as SIGINT does.
+    """Within the block, SIGTERM and SIGHUP interrupt the work as Ctrl-C (SIGINT) does.
 
-    The first of them raises :class:`KeyboardInterrupt` in the main thread, so the work
-    unwinds through its cleanup (a cancelled export leaves nothing behind); later ones are
-    ignored while that cleanup runs. ``signum`` tells which signal it was. Outside the main
+    The first of these signals sets :attr:`cancel` (work that checks the token, such as an
+    export's writer threads, stops at its next check) and raises :class:`KeyboardInterrupt`
+    in the main thread, so the work unwinds through its cleanup (a cancelled export leaves
+    nothing behind). Later SIGTERM / SIGHUP are ignored while that cleanup runs; a second
+    Ctrl-C interrupts as usual. ``signum`` tells which signal it was. Outside the main
     thread, or where the signals do not exist, the block runs unchanged.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cancel: CancelToken | None = None) -> None:
+        self.cancel = cancel or CancelToken()
         self.signum: int | None = None
         self._saved: dict[int, Any] = {}
 
     def __enter__(self) -> InterruptOnSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
-        for name in ("SIGTERM", "SIGHUP"):
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
             number = getattr(signal, name, None)
-            if number is not None:
-                self._saved[number] = signal.signal(number, self._interrupt)
+            if number is None or signal.getsignal(number) is signal.SIG_IGN:
+                continue  # e.g. SIGINT of a background job: the shell asked to ignore it
+            self._saved[number] = signal.signal(number, self._interrupt)
         return self
 
     def _interrupt(self, signum: int, frame: object) -> None:
-        if self.signum is not None:
+        if self.signum is not None and signum != getattr(signal, "SIGINT", None):
             return
         self.signum = signum
+        self.cancel.cancel()
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     def __exit__(self, *exc: object) -> None:

@@ -75,13 +75,14 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads,
     )
+    cancel = getattr(args, "cancel", None)
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":
-                comparison = compare_capture(package, config, progress=progress)
+                comparison = compare_capture(package, config, progress=progress, cancel=cancel)
                 data = comparison.to_json()
                 results = [comparison.off] + ([comparison.on] if comparison.on else [])
                 check = comparison.agreement
@@ -93,8 +94,13 @@ def run(args: argparse.Namespace) -> int:
                     graph_capture=mode == "on",
                     keep_logits=mode == "on",
                     progress=progress,
+                    cancel=cancel,
                 )
-                check = validate_capture(package, config, first) if mode == "on" else None
+                check = (
+                    validate_capture(package, config, first, cancel=cancel)
+                    if mode == "on"
+                    else None
+                )
                 data = result.to_json()
                 data["capture_check"] = check.to_json() if check else None
                 results, error = [result], None

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 options=options,
                 overwrite=args.overwrite,
                 progress=progress,
+                cancel=getattr(args, "cancel", None),
             )
         except KeyboardInterrupt:
             raise CancelledError("interrupted; nothing was written") from None

@@ -318,3 +318,70 @@ def test_a_killed_export_is_cleaned_up_by_the_next_one(tmp_path: Path):
     result = export(out, preset="gemma4-tiny", options=ExportOptions(random_weights=True))
     assert leftovers(tmp_path) == []
     assert any(stale in note and f"process {process.pid}" in note for note in result.notes)
+
+
+def test_signals_set_the_cancel_token_and_interrupt_once():
+    import signal
+
+    from engine.progress import InterruptOnSignals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with InterruptOnSignals() as signals:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)  # interrupted long before this ends
+        assert signals.cancel.cancelled and signals.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored: the cleanup is running
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_ignored_sigint_stays_ignored():
+    """A background job of a non-interactive shell ignores SIGINT; so does the CLI then."""
+    import signal
+
+    from engine.progress import InterruptOnSignals
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with InterruptOnSignals() as signals:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert not signals.cancel.cancelled
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_model_folder_this_user_may_not_enter_is_one_error(tmp_path: Path):
+    base = Path(os.environ.get("TMPDIR", "/tmp")) / f"es-locked-{os.getpid()}"
+    base.mkdir(mode=0o755)
+    try:
+        model = write_checkpoint(base / "M")
+        os.chmod(model, 0o700 if os.geteuid() == 0 else 0o000)
+        outcome = _run_as_other_user(
+            lambda: export(base / "out", model_dir=model, options=ExportOptions())
+        )
+        assert outcome.startswith("SpecError: cannot read"), outcome
+        assert "Permission denied" in outcome
+    finally:
+        os.chmod(base / "M", 0o755)
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("command", [["info", "--preset", "gemma4-tiny"], ["plan", "--preset",
+                                     "gemma4-e2b", "--ep", "webgpu"]])  # fmt: skip
+def test_output_into_a_pipe_nobody_reads_is_not_a_traceback(command: list[str]):
+    """``... | head -1``: the reader is gone before the output is written."""
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "engine", *command],
+            cwd=ROOT,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
