@@ -139,3 +139,15 @@ def test_a_write_error_is_one_line_and_leaves_nothing(tmp_path: Path):
     assert done.stderr.startswith(f"error: writing the package to '{out}' failed: File too large")
     assert "nothing was left behind" in done.stderr and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_says_what_build_would_refuse_or_clamp():
+    done = cli(
+        "plan", "--preset", "gemma4-tiny", "--max-length", "1e9", "--max-buffer-size", "1KiB"
+    )
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note: ")]
+    assert any("the package supports 512 tokens" in n for n in notes)
+    assert any(n.startswith("note: build refuses this plan: 57 tensor(s)") for n in notes)
+    typo = cli("plan", "--preset", "gemma4-tiny", "--weight-bits", "4", "--keep-float", "foo*")
+    assert typo.returncode == 2 and "--keep-float foo* matches no weight" in typo.stderr
