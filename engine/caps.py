@@ -70,6 +70,11 @@ class EpCapabilities:
     under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
+    gbq_4bit_odd_blocks: bool = True
+    """GatherBlockQuantized takes a 4-bit table whose rows hold an odd number of blocks (its
+    packed zero points then end in half a byte). onnxruntime-webgpu 1.27 refuses it at run
+    time ("scales and zero_points must have the same shape"; measured on lavapipe with
+    one-op models: 1, 3 and 5 blocks fail, 2 and 6 run)."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -130,6 +135,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             explicit_attention_over_cache=True,
             # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
             host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
+            gbq_4bit_odd_blocks=False,
         ),
         EpCapabilities(
             name="dml",

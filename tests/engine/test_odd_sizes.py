@@ -7,6 +7,7 @@ has K = 8 and the fused per-layer table 56 columns, neither a multiple of block 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,9 @@ def _options(**extra: Any) -> ExportOptions:
     [
         {},
         {"weight_bits": 8, "embedding_bits": 8, "symmetric": True},
-        # WebGPU splits the per-layer table into 7 tables of 8 columns: one partial block each.
-        {"ep": "webgpu", "max_buffer_size": 4096, "force": True},
+        # WebGPU splits the per-layer table into 7 tables of 8 columns: one partial block
+        # each (8-bit: its 4-bit GatherBlockQuantized refuses an odd block count).
+        {"ep": "webgpu", "embedding_bits": 8, "max_buffer_size": 4096, "force": True},
     ],
     ids=["w4e4", "w8e8-sym", "webgpu-split"],
 )
@@ -76,7 +78,11 @@ def test_odd_widths_quantize_and_compute_their_dequantized_weights(
         assert [p.stop - p.start for p in table.pieces] == [8] * 7
     ours = forced_logits(result.output, PROMPT, TOKENS)
     theirs = hf_forced_logits(dequantized_model(hf, result), PROMPT, TOKENS)
-    assert float(np.abs(ours - theirs).max()) <= 1e-4
+    # 1e-4: the float parity tolerance. The WebGPU graph (attention computed explicitly over
+    # the cache) rounds differently; measured 1.1e-4 on this raw, error-amplifying fixture.
+    # A block dequantized wrongly moves logits by far more than either.
+    tolerance = 3e-4 if extra.get("ep") == "webgpu" else 1e-4
+    assert float(np.abs(ours - theirs).max()) <= tolerance
 
 
 def test_keep_float_leaves_the_named_weights_alone(odd_model, tmp_path: Path):
@@ -147,3 +153,23 @@ def test_padded_shapes_are_what_the_plan_promises():
     (table,) = p.decoder.weight("embed_tokens_per_layer.weight").pieces
     shapes = {t.part: t.shape for t in table.tensors}
     assert shapes == {"qweight": (512, 28), "scales": (512, 2), "zero_points": (512, 1)}
+
+
+def test_webgpu_refuses_four_bit_tables_with_an_odd_block_count_up_front(tmp_path):
+    """onnxruntime-webgpu 1.27's GatherBlockQuantized fails at run time on them (measured:
+    the issue's per-layer tables of 8 values, split for WebGPU, are one block each)."""
+    from engine.errors import OptionsError
+
+    options = ExportOptions(
+        ep="webgpu", embedding_bits=4, max_buffer_size=4096, force=True, random_weights=True
+    )
+    config_dir = tmp_path / "odd"
+    config_dir.mkdir()
+    (config_dir / "config.json").write_text(__import__("json").dumps(tiny_config(**ODD)))
+    with pytest.raises(OptionsError, match=r"rows of 8 values make 1 block\(s\) of 32") as info:
+        export(tmp_path / "out", model_dir=config_dir, options=options)
+    assert "--embedding-bits 8" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd"]
+    # 8 bits, or the CPU (which runs the odd count), are fine.
+    export(tmp_path / "w8", model_dir=config_dir, options=replace(options, embedding_bits=8))
+    export(tmp_path / "cpu", model_dir=config_dir, options=replace(options, ep="cpu"))
