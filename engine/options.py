@@ -57,6 +57,12 @@ class ExportOptions:
     random_weights: bool = False
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # Options read back from JSON (the app's settings) carry a list: keep them hashable
+        # and equal to the options that were saved.
+        if isinstance(self.keep_float, list):
+            object.__setattr__(self, "keep_float", tuple(self.keep_float))
+
     @property
     def caps(self) -> EpCapabilities:
         return get_caps(self.ep)

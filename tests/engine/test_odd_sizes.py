@@ -173,3 +173,13 @@ def test_webgpu_refuses_four_bit_tables_with_an_odd_block_count_up_front(tmp_pat
     # 8 bits, or the CPU (which runs the odd count), are fine.
     export(tmp_path / "w8", model_dir=config_dir, options=replace(options, embedding_bits=8))
     export(tmp_path / "cpu", model_dir=config_dir, options=replace(options, ep="cpu"))
+
+
+def test_keep_float_survives_a_json_round_trip():
+    """The app saves options as JSON; a list must come back as the same (hashable) options."""
+    import json
+    from dataclasses import asdict
+
+    options = ExportOptions(weight_bits=4, keep_float=("layers.*.mlp.*",))
+    again = ExportOptions(**json.loads(json.dumps(asdict(options))))
+    assert again == options and hash(again) == hash(options)
