@@ -174,7 +174,7 @@ def check_resources(export_plan: ExportPlan, output: Path) -> None:
     if memory is not None and at_once > memory:
         raise PackageError(
             f"writing {name} needs at least {format_bytes(at_once)} of memory at once, and "
-            f"this machine has {format_bytes(memory)} available; "
+            f"only {format_bytes(memory)} is available to this process; "
             + (
                 f"choose a shorter {option('max_length')}"
                 if name.startswith("rope.")
@@ -201,7 +201,21 @@ def largest_in_memory(export_plan: ExportPlan) -> tuple[str, int]:
 
 
 def available_memory() -> int | None:
-    """Memory this machine can still hand out (RAM and swap), or None if unknown."""
+    """Memory this process can still get (RAM and swap, within its address-space limit),
+    or None if unknown."""
+    machine = _machine_memory()
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return machine
+    if limit in (resource.RLIM_INFINITY, -1):
+        return machine
+    return limit if machine is None else min(machine, limit)
+
+
+def _machine_memory() -> int | None:
     try:
         fields = {}
         for line in Path("/proc/meminfo").read_text().splitlines():

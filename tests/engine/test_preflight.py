@@ -64,7 +64,7 @@ def test_rope_caches_larger_than_memory_are_refused_before_any_work(
         export(tmp_path / "out", model_dir=model, options=random())
     message = str(info.value)
     assert message.startswith("writing rope.")
-    assert "of memory at once" in message and "16.0 GiB available" in message
+    assert "of memory at once" in message and "only 16.0 GiB is available" in message
     assert "--max-length" in message
     # A shorter length is the way out.
     export(tmp_path / "out", model_dir=model, options=random(max_length=256))
@@ -151,3 +151,21 @@ def test_plan_says_what_build_would_refuse_or_clamp():
     assert any(n.startswith("note: build refuses this plan: 57 tensor(s)") for n in notes)
     typo = cli("plan", "--preset", "gemma4-tiny", "--weight-bits", "4", "--keep-float", "foo*")
     assert typo.returncode == 2 and "--keep-float foo* matches no weight" in typo.stderr
+
+
+def test_an_address_space_limit_counts_as_the_memory_available(tmp_path: Path):
+    """``ulimit -v``: RoPE caches of 12M positions need 2.1 GiB at once; 1.5 GiB is allowed."""
+    model = config_only(tmp_path / "long", max_position_embeddings=12_000_000)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1536 * 2**20, resource.RLIM_INFINITY))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "build", "--model", str(model), "--random-weights",
+         str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, preexec_fn=limited, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: writing rope.full.cos_cache needs at least 2.1 GiB")
+    assert "only 1.5 GiB is available to this process" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long"]
