@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.plan import ExportPlan
+from engine.plan_model import ExportPlan
 
 DEFAULT_SHARED_MAX_LENGTH = 4096
 """search.max_length when past/present share a preallocated buffer and the user gave no
@@ -33,8 +33,10 @@ def provider_options(plan: ExportPlan, capture: bool) -> list[dict[str, dict[str
     return [{caps.genai_provider: options}]
 
 
-def make_genai_config(plan: ExportPlan, *, capture: bool, share_buffer: bool) -> dict[str, Any]:
-    """The whole genai_config.json of a decoder-only package."""
+def make_genai_config(
+    plan: ExportPlan, *, capture: dict[str, bool], share_buffer: bool
+) -> dict[str, Any]:
+    """The whole genai_config.json of a package; ``capture`` is decided per session."""
     spec = plan.spec
     kv_layers = spec.kv_layers
     first = kv_layers[0]
@@ -44,7 +46,7 @@ def make_genai_config(plan: ExportPlan, *, capture: bool, share_buffer: bool) ->
     decoder: dict[str, Any] = {
         "session_options": {
             "log_id": "onnxruntime-genai",
-            "provider_options": provider_options(plan, capture),
+            "provider_options": provider_options(plan, capture.get("decoder", False)),
         },
         "filename": plan.decoder.filename,
         # KV shapes are read per layer from the model's inputs (they are static there);

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["linear", "embedding", "ple_table", "lm_head", "norm", "scalar", "rope_cache"]
+Role = Literal[
+    "linear", "embedding", "ple_table", "lm_head", "norm", "scalar", "rope_cache", "bias", "table"
+]
 
 
 @dataclass(frozen=True)
@@ -25,3 +27,5 @@ class LogicalWeight:
     """True for tensors the engine computes (RoPE caches) rather than reads."""
     scale: float | None = None
     """A constant the graph multiplies the looked-up rows by (scaled embeddings)."""
+    source: str | None = None
+    """The tensor's key in the checkpoint (None for computed tensors)."""

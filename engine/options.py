@@ -16,6 +16,7 @@ QuantMethod = Literal["rtn", "search"]
 DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
 VALID_BITS = (4, 8)
 DEFAULT_CAPTURE_MAX_LENGTH = 4096
+MODALITIES = ("text", "vision", "audio")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class ExportOptions:
     attention: AttentionPath = "auto"
     random_weights: bool = False
     seed: int = 0
+    modalities: tuple[str, ...] | None = None
+    """Towers to export besides the text decoder (``vision``, ``audio``); None = every
+    tower the checkpoint has. ``("text",)`` exports the text decoder alone."""
 
     @property
     def caps(self) -> EpCapabilities:
@@ -104,6 +108,12 @@ class ExportOptions:
             raise OptionsError(
                 f"max buffer size must be at least 1 KiB, got {self.max_buffer_size} bytes"
             )
+        if self.modalities is not None:
+            unknown = sorted(set(self.modalities) - set(MODALITIES))
+            if unknown:
+                raise OptionsError(
+                    f"unknown modalities {unknown}; choose from {', '.join(MODALITIES)}"
+                )
         if self.max_length is not None and self.max_length < 2:
             raise OptionsError(f"max length must be at least 2, got {self.max_length}")
         return replace(

@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from engine.dtypes import ir_dtype, numpy_dtype
-from engine.plan import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
+from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
 from engine.progress import CancelToken
 from engine.spec import ModelSpec
 from engine.weights.sources import WeightSource

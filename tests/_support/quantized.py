@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from engine.models.gemma4_weights import checkpoint_name
 from engine.options import ExportOptions
 from engine.pipeline import ExportResult, export
 from engine.plan import WeightPlan
@@ -160,7 +159,7 @@ def reconstruction_errors(result: ExportResult, model_dir: Path) -> dict[str, tu
     original = checkpoint_tensors(model_dir)
     out = {}
     for wp, restored in exported_weights(result):
-        source = original[checkpoint_name(result.plan.spec, wp.name)].astype(np.float32)
+        source = original[wp.weight.source].astype(np.float32)
         diff = (restored - source).astype(np.float64)
         out[wp.name] = (float((diff * diff).sum()), diff.size)
     return out
@@ -178,7 +177,7 @@ def dequantized_model(model: Any, result: ExportResult) -> Any:
     params = dict(restored_model.named_parameters())
     with torch.no_grad():
         for wp, restored in exported_weights(result):
-            params[checkpoint_name(result.plan.spec, wp.name)].copy_(torch.from_numpy(restored))
+            params[wp.weight.source].copy_(torch.from_numpy(restored))
     return restored_model
 
 

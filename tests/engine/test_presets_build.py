@@ -11,7 +11,7 @@ import pytest
 
 from engine.caps import list_eps
 from engine.errors import OptionsError
-from engine.models.gemma4 import build_decoder
+from engine.models import build_decoder
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import plan

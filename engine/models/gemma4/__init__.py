@@ -1,0 +1,31 @@
+"""Gemma 4: text decoder (E2B, E4B, 31B), and the multimodal towers of ``gemma4``
+checkpoints, as one family record."""
+
+from __future__ import annotations
+
+from engine.hf_config import SUPPORTED_MODEL_TYPES, spec_from_config
+from engine.models.family import Family, Session
+from engine.models.gemma4.naming import exported_modalities, ignorable
+from engine.models.gemma4.text import TextDecoder
+from engine.options import ExportOptions
+from engine.spec import ModelSpec
+
+
+def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[Session, ...]:
+    """A text package has one decoder session; a multimodal one adds embedding, vision and
+    speech sessions around a decoder that takes embeddings."""
+    ties = {"lm_head.weight": "embed_tokens.weight"} if spec.tie_word_embeddings else {}
+    modalities = exported_modalities(spec, options)
+    if modalities == ("text",):
+        decoder = TextDecoder(spec, max_length).bind(source=spec.weight_prefix)
+        return (Session("decoder", "model.onnx", decoder, ties),)
+    raise NotImplementedError("multimodal sessions")
+
+
+FAMILY = Family(
+    name="gemma4",
+    model_types=SUPPORTED_MODEL_TYPES,
+    read_spec=spec_from_config,
+    sessions=sessions,
+    ignorable=ignorable,
+)
