@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SpecError, option
+from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
@@ -331,6 +332,9 @@ def spec_from_config(
         pad_token_id=pad,
         weight_prefix=prefix,
         source_dtype=str(dtype),
+        vision=vision_spec(config, origin) if model_type == "gemma4" else None,
+        audio=audio_spec(config, origin) if model_type == "gemma4" else None,
+        tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,
         raw=dict(config),
     )
 

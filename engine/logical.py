@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 Role = Literal[
-    "linear", "embedding", "ple_table", "lm_head", "norm", "scalar", "rope_cache", "bias", "table"
+    "linear",
+    "embedding",
+    "ple_table",
+    "lm_head",
+    "norm",
+    "scalar",
+    "rope_cache",
+    "bias",
+    "clip",
+    "table",
 ]
 
 
@@ -29,3 +38,6 @@ class LogicalWeight:
     """A constant the graph multiplies the looked-up rows by (scaled embeddings)."""
     source: str | None = None
     """The tensor's key in the checkpoint (None for computed tensors)."""
+    fill: float | None = None
+    """The constant an architecture-only (random-weights) package holds instead of random
+    draws: 1 for layer scalars, -inf / inf for clip bounds."""

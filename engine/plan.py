@@ -100,7 +100,8 @@ def _pieces_along(
     pieces = []
     for i, (start, stop) in enumerate(bounds):
         piece_shape = list(shape)
-        piece_shape[axis] = stop - start
+        if piece_shape:  # a 0-d tensor (a clip bound) is one piece of itself
+            piece_shape[axis] = stop - start
         name = base if len(bounds) == 1 else f"{base}.part{i}"
         pieces.append(
             Piece(
@@ -150,7 +151,7 @@ def _plan_weight(
             w.name, storage, dtype, w.shape, axis, bounds, bits, block, options.symmetric
         )
 
-    whole = make(0, [(0, w.shape[0])])
+    whole = make(0, [(0, w.shape[0] if w.shape else 1)])
     exceeds = limits.exceeded(whole[0].largest_buffer)
 
     def result(pieces: tuple[Piece, ...], axis: int | None = None, note: str = "") -> WeightPlan:

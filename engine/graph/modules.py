@@ -31,6 +31,8 @@ class Param:
     role: Role
     scale: float | None = None
     computed: bool = False
+    fill: float | None = None
+    """What a random-weights package holds instead of random draws (see LogicalWeight)."""
     name: str = ""
     """Full name inside the session, set when the tree is bound."""
     source: str | None = None
@@ -45,6 +47,7 @@ class Param:
             computed=self.computed,
             scale=self.scale,
             source=None if self.computed else self.source,
+            fill=self.fill,
         )
 
 
@@ -119,6 +122,27 @@ class Linear(Module):
         if self.bias is not None:
             out = ctx.op.Add(out, ctx.param(self.bias.name))
         return out
+
+
+class ClippableLinear(Module):
+    """A bias-free linear between optional clamps of its input and output (the clip
+    bounds are 0-d checkpoint tensors, ``-inf`` / ``inf`` when a model never set them)."""
+
+    def __init__(self, in_features: int, out_features: int, *, clipped: bool) -> None:
+        if clipped:
+            self.input_min = Param((), "clip", fill=float("-inf"))
+            self.input_max = Param((), "clip", fill=float("inf"))
+            self.output_min = Param((), "clip", fill=float("-inf"))
+            self.output_max = Param((), "clip", fill=float("inf"))
+        self._clipped = clipped
+        self.linear = Linear(in_features, out_features)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        if not self._clipped:
+            return self.linear(ctx, x)
+        x = ctx.op.Clip(x, ctx.param(self.input_min.name), ctx.param(self.input_max.name))
+        out = self.linear(ctx, x)
+        return ctx.op.Clip(out, ctx.param(self.output_min.name), ctx.param(self.output_max.name))
 
 
 class Embedding(Module):

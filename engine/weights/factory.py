@@ -89,6 +89,8 @@ class TensorFactory:
         if weight.storage == "float_t":
             data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
             return np.ascontiguousarray(data.T.astype(target, copy=False))
+        if not tensor.shape:  # 0-d (a clip bound)
+            return np.asarray(self.source.read(weight.weight, 0, 0, 1), dtype=target).reshape(())
         out = np.empty(tensor.shape, dtype=target)
         for rows, chunk in self._row_chunks(weight, piece):
             out[rows] = chunk

@@ -92,11 +92,12 @@ class RandomSource:
 
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
         shape = list(weight.shape)
-        shape[axis] = stop - start
+        if shape:
+            shape[axis] = stop - start
         key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}".encode()
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
-        if weight.role == "scalar":
-            return np.ones(shape, dtype=np.float32)
+        if weight.fill is not None:
+            return np.full(shape, weight.fill, dtype=np.float32)
         # Uniform draws with the requested spread: 1.5x faster than normal ones, and
         # drawing dominates an architecture-only export's time.
         out = rng.random(shape, dtype=np.float32)

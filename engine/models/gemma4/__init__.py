@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.hf_config import SUPPORTED_MODEL_TYPES, spec_from_config
 from engine.models.family import Family, Session
+from engine.models.gemma4.embedding import EmbeddingSession
 from engine.models.gemma4.naming import exported_modalities, ignorable
 from engine.models.gemma4.text import TextDecoder
 from engine.options import ExportOptions
@@ -19,7 +20,22 @@ def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[
     if modalities == ("text",):
         decoder = TextDecoder(spec, max_length).bind(source=spec.weight_prefix)
         return (Session("decoder", "model.onnx", decoder, ties),)
-    raise NotImplementedError("multimodal sessions")
+    out = []
+    if "vision" in modalities:
+        from engine.models.gemma4.vision import VisionTower
+
+        out.append(Session("vision", "vision.onnx", VisionTower(spec).bind(source="model.")))
+    if "audio" in modalities:
+        from engine.models.gemma4.audio import AudioTower
+
+        out.append(Session("speech", "speech.onnx", AudioTower(spec).bind(source="model.")))
+    embedding = EmbeddingSession(spec, modalities).bind(source=spec.weight_prefix)
+    decoder = TextDecoder(spec, max_length, embeds_in=True).bind(source=spec.weight_prefix)
+    out += [
+        Session("embedding", "embedding.onnx", embedding),
+        Session("decoder", "decoder.onnx", decoder, ties),
+    ]
+    return tuple(out)
 
 
 FAMILY = Family(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.errors import OptionsError, option
 from engine.options import ExportOptions
 from engine.spec import ModelSpec
 
@@ -43,11 +44,28 @@ def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
     return False
 
 
+EXPORTABLE_TOWERS: tuple[str, ...] = ()
+"""Towers the engine can export; a checkpoint's other towers are left out (and named by
+the error when a user asks for them)."""
+
+
 def exported_modalities(spec: ModelSpec, options: ExportOptions) -> tuple[str, ...]:
     """The modalities the package will have: text, plus the towers the checkpoint has
-    that the options ask for (all of them by default)."""
-    available = ["text", *spec.towers]
+    that the options ask for (every exportable one by default)."""
     wanted = options.modalities
     if wanted is None:
-        return tuple(available)
-    return tuple(m for m in available if m in wanted)
+        return ("text", *(t for t in spec.towers if t in EXPORTABLE_TOWERS))
+    missing = [m for m in wanted if m != "text" and m not in spec.towers]
+    if missing:
+        have = ", ".join(["text", *spec.towers])
+        raise OptionsError(
+            f"the model has no {' or '.join(missing)} tower (it has: {have}); "
+            f"choose {option('modalities')} among those"
+        )
+    unsupported = [m for m in wanted if m != "text" and m not in EXPORTABLE_TOWERS]
+    if unsupported:
+        raise OptionsError(
+            f"exporting the {' and '.join(unsupported)} tower is not supported yet; "
+            f"leave it out of {option('modalities')}"
+        )
+    return ("text", *(t for t in spec.towers if t in wanted))

@@ -90,7 +90,7 @@ class DecoderLayer(Module):
             self.per_layer_input_gate = Linear(h, spec.ple_dim)
             self.per_layer_projection = Linear(spec.ple_dim, h)
             self.post_per_layer_input_norm = RMSNorm(h)
-        self.layer_scalar = Param((1,), "scalar")
+        self.layer_scalar = Param((1,), "scalar", fill=1.0)
 
     def __call__(
         self,

@@ -1,0 +1,126 @@
+"""Tiny random multimodal Gemma 4 checkpoints (``Gemma4ForConditionalGeneration``) built
+offline with transformers, plus inputs for their towers: no downloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests._support.tiny_gemma import BASE_CONFIG, make_tokenizer
+
+TOKENS = dict(
+    boi_token_id=302,
+    eoi_token_id=303,
+    image_token_id=300,
+    audio_token_id=301,
+    boa_token_id=304,
+    eoa_token_index=305,
+    video_token_id=306,
+)
+VISION: dict[str, Any] = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=16,
+    patch_size=16,
+    pooling_kernel_size=3,
+    position_embedding_size=64,
+    use_clipped_linears=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+)
+AUDIO: dict[str, Any] = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    output_proj_dims=32,
+    subsampling_conv_channels=[128, 32],
+    conv_kernel_size=5,
+    attention_chunk_size=4,
+    attention_context_left=5,
+    attention_context_right=0,
+)
+
+
+def make_mm_checkpoint(
+    path: Path,
+    seed: int = 0,
+    *,
+    vision: dict[str, Any] | bool = True,
+    audio: dict[str, Any] | bool = True,
+    text: dict[str, Any] | None = None,
+    clip: float | None = 4.0,
+) -> Any:
+    """Save a seeded random ``Gemma4ForConditionalGeneration`` (float32) to ``path``.
+
+    ``vision`` / ``audio``: True for the default tiny tower, a dict of overrides, or
+    False for none. Weights are redrawn with a spread that makes every parameter matter;
+    clip bounds (where the towers have them) are set to +-``clip`` so the clamps act.
+    Returns the model (eval mode).
+    """
+    import torch
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    vision_config = (
+        None if vision is False else {**VISION, **(vision if isinstance(vision, dict) else {})}
+    )
+    audio_config = (
+        None if audio is False else {**AUDIO, **(audio if isinstance(audio, dict) else {})}
+    )
+    config = Gemma4Config(
+        text_config={**BASE_CONFIG, **(text or {})},
+        vision_config=vision_config,
+        audio_config=audio_config,
+        **TOKENS,
+    )
+    model = Gemma4ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1.0 + 0.2 * torch.randn_like(param))
+            elif "per_dim_scale" in name:
+                param.copy_(0.3 * torch.randn_like(param))
+            else:
+                param.normal_(0.0, 0.06)
+        for name, buf in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buf.fill_(0.8)
+            elif clip is not None and name.endswith(("input_min", "output_min")):
+                buf.fill_(-clip)
+            elif clip is not None and name.endswith(("input_max", "output_max")):
+                buf.fill_(clip)
+    model.save_pretrained(path)
+    make_tokenizer(path, config.text_config.vocab_size)
+    return model
+
+
+def random_patches(
+    rng: np.random.Generator, width_patches: int, height_patches: int, pad_to: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """pixel_values [1, N, 768] in [0, 1] and pixel_position_ids [1, N, 2] (x, y) for an
+    image of ``width_patches`` x ``height_patches`` patches (row-major), padded with
+    (-1, -1) positions and zero pixels up to ``pad_to`` patches."""
+    count = width_patches * height_patches
+    total = pad_to or count
+    pixels = np.zeros((1, total, 768), dtype=np.float32)
+    pixels[0, :count] = rng.random((count, 768), dtype=np.float32)
+    positions = np.full((1, total, 2), -1, dtype=np.int64)
+    ys, xs = np.divmod(np.arange(count), width_patches)
+    positions[0, :count, 0] = xs
+    positions[0, :count, 1] = ys
+    return pixels, positions
+
+
+def random_features(
+    rng: np.random.Generator, frames: int, valid: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """input_features [1, T, 128] (log-mel-like values) and input_features_mask [1, T] bool
+    with the first ``valid`` frames valid."""
+    features = rng.normal(0.0, 1.0, (1, frames, 128)).astype(np.float32)
+    mask = np.zeros((1, frames), dtype=bool)
+    mask[0, : frames if valid is None else valid] = True
+    return features, mask
