@@ -300,7 +300,9 @@ def spec_from_config(
             )
 
     ple_dim = text.optional("hidden_size_per_layer_input", 0)
-    bos, eos, pad = _token_ids(text, top)
+    # A multimodal checkpoint's top level says how generation ends (an -it model stops at
+    # <turn|> too); its text_config keeps the text model's own ids.
+    bos, eos, pad = _token_ids(top, text) if model_type == "gemma4" else _token_ids(text, top)
     softcap = text.optional("final_logit_softcapping", None, float)
     tie = bool(config.get("tie_word_embeddings", text.optional("tie_word_embeddings", True, bool)))
     dtype = (

@@ -16,10 +16,10 @@ import onnx_ir as ir
 
 from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError, option, render_message
-from engine.genai_config import make_genai_config
+from engine.genai_config import make_genai_config, processor_files
 from engine.genai_doc import GenaiDoc
 from engine.hf_config import load_spec
-from engine.models import build_session, family_for, model_summary
+from engine.models import Session, build_session, family_for, model_summary, plan_sessions
 from engine.options import ExportOptions
 from engine.package import (
     MANIFEST,
@@ -31,6 +31,7 @@ from engine.package import (
 )
 from engine.plan import ExportPlan, plan
 from engine.presets import load_preset
+from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
@@ -106,6 +107,8 @@ def export(
             f"pass {option('random_weights')} for an architecture-only package"
         )
     export_plan = plan(spec, options)
+    source_dir = Path(model_dir) if model_dir is not None else None
+    processors = processor_files(export_plan, *read_processing(source_dir))
     out = check_destination(output, overwrite)
     source: WeightSource
     if options.random_weights:
@@ -124,7 +127,7 @@ def export(
 
     progress(0.03, "building the graphs")
     factory = TensorFactory(export_plan, source, cancel)
-    built = [_build(export_plan, session.name, factory) for session in export_plan.sessions]
+    built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
     notes: list[str] = []
     for session in built:
         notes += [
@@ -163,8 +166,10 @@ def export(
             staging / "genai_config.json",
             make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
         )
+        for name, data in processors.items():
+            write_json(staging / name, data)
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
-        tokenizer = copy_tokenizer(Path(model_dir) if model_dir is not None else None, staging)
+        tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
         write_json(staging / MANIFEST, _manifest(export_plan, audits, capture, share_buffer))
         files = folder_files(staging)
@@ -191,15 +196,18 @@ class _BuiltSession:
     reasons: list[str]
 
 
-def _build(export_plan: ExportPlan, name: str, factory: TensorFactory) -> _BuiltSession:
+def _build(export_plan: ExportPlan, session: Session, factory: TensorFactory) -> _BuiltSession:
     """One session's graph, rewritten for the EP, audited, and its capture decided."""
-    model = build_session(export_plan, name, factory)
+    model = build_session(export_plan, session.name, factory)
     rewrites = apply_rewrites(model, export_plan.caps)
-    audit = audit_model(model, export_plan.caps, name)
+    audit = audit_model(model, export_plan.caps, session.name)
     capture, reasons = decide_capture(
-        audit, export_plan.uses_gqa or name != "decoder", export_plan.options.graph_capture
+        audit,
+        export_plan.uses_gqa,
+        export_plan.options.graph_capture,
+        never=session.never_captured,
     )
-    return _BuiltSession(name, model, rewrites, audit, capture, reasons)
+    return _BuiltSession(session.name, model, rewrites, audit, capture, reasons)
 
 
 def _manifest(

@@ -24,6 +24,7 @@ __all__ = [
     "build_session",
     "family_for",
     "model_summary",
+    "plan_sessions",
     "sessions_for",
 ]
 
@@ -62,6 +63,11 @@ def model_summary(spec: ModelSpec) -> dict[str, Any]:
     }
     summary = spec.summary()
     return {"name": summary.pop("name"), "parameters": sum(sizes.values()), **summary}
+
+
+def plan_sessions(plan: ExportPlan) -> tuple[Session, ...]:
+    """The session records behind a plan, in the plan's order."""
+    return sessions_for(plan.spec, plan.options, plan.context_length)
 
 
 def build_session(plan: ExportPlan, name: str, factory: TensorFactory | None = None) -> ir.Model:

@@ -34,6 +34,9 @@ class Session:
     root: Module
     ties: Mapping[str, str] = field(default_factory=dict)
     """Weight name -> the weight whose bytes it reuses (a tied LM head)."""
+    never_captured: str | None = None
+    """Why graph capture can never replay this session (its input shapes change between
+    runs); None for a session that runs with fixed shapes (the decoder)."""
 
     def weights(self) -> list[LogicalWeight]:
         return logical_weights(self.root)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tests._support.tiny_gemma import BASE_CONFIG, make_tokenizer
+from tests._support.tiny_gemma import BASE_CONFIG
 
 TOKENS = dict(
     boi_token_id=302,
@@ -94,8 +94,43 @@ def make_mm_checkpoint(
             elif clip is not None and name.endswith(("input_max", "output_max")):
                 buf.fill_(clip)
     model.save_pretrained(path)
-    make_tokenizer(path, config.text_config.vocab_size)
+    make_mm_tokenizer(path, config.text_config.vocab_size)
     return model
+
+
+MARKERS = {
+    "<|image>": TOKENS["boi_token_id"],
+    "<|image|>": TOKENS["image_token_id"],
+    "<image|>": TOKENS["eoi_token_id"],
+    "<|audio>": TOKENS["boa_token_id"],
+    "<|audio|>": TOKENS["audio_token_id"],
+    "<audio|>": TOKENS["eoa_token_index"],
+}
+"""Gemma 4's image / audio marker strings at this tiny model's ids (genai finds them by string)."""
+
+
+def make_mm_tokenizer(path: Path, vocab_size: int) -> None:
+    """The tiny byte-fallback BPE tokenizer of tests._support.tiny_gemma, plus Gemma 4's
+    image / audio marker tokens as special tokens at the config's ids."""
+    from transformers import GemmaTokenizer
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3}
+    for i in range(256):
+        vocab[f"<0x{i:02X}>"] = len(vocab)
+    for ch in "abcdefghijklmnopqrstuvwxyz▁":
+        vocab[ch] = len(vocab)
+    first_marker = min(MARKERS.values())
+    while len(vocab) < first_marker:
+        vocab[f"<unused{len(vocab)}>"] = len(vocab)
+    for text, index in sorted(MARKERS.items(), key=lambda item: item[1]):
+        if index != len(vocab):
+            raise ValueError(f"marker {text} must get id {index}, the next free id is {len(vocab)}")
+        vocab[text] = index
+    if len(vocab) > vocab_size:
+        raise ValueError(f"tokenizer needs {len(vocab)} ids, the model has {vocab_size}")
+    tokenizer = GemmaTokenizer(vocab=vocab, merges=[])
+    tokenizer.add_special_tokens({"additional_special_tokens": list(MARKERS)})
+    tokenizer.save_pretrained(path)
 
 
 def random_patches(

@@ -24,18 +24,28 @@ def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[
     if "vision" in modalities:
         from engine.models.gemma4.vision import VisionTower
 
-        out.append(Session("vision", "vision.onnx", VisionTower(spec).bind(source="model.")))
+        tower = VisionTower(spec).bind(source="model.")
+        out.append(Session("vision", "vision.onnx", tower, never_captured=_PER_IMAGE))
     if "audio" in modalities:
         from engine.models.gemma4.audio import AudioTower
 
-        out.append(Session("speech", "speech.onnx", AudioTower(spec).bind(source="model.")))
+        tower = AudioTower(spec).bind(source="model.")
+        out.append(Session("speech", "speech.onnx", tower, never_captured=_PER_CLIP))
     embedding = EmbeddingSession(spec, modalities).bind(source=spec.weight_prefix)
     decoder = TextDecoder(spec, max_length, embeds_in=True).bind(source=spec.weight_prefix)
     out += [
-        Session("embedding", "embedding.onnx", embedding),
+        Session("embedding", "embedding.onnx", embedding, never_captured=_PER_STEP),
         Session("decoder", "decoder.onnx", decoder, ties),
     ]
     return tuple(out)
+
+
+_PER_IMAGE = "its input shapes follow each image's size (patches, tokens)"
+_PER_CLIP = "its input shapes follow each clip's length"
+_PER_STEP = (
+    "its input shapes change between the prompt step (all tokens, the features) "
+    "and the decode steps (one token, no features)"
+)
 
 
 FAMILY = Family(

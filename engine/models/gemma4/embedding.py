@@ -53,13 +53,11 @@ class EmbeddingSession(Module):
             embeds = _scatter(ctx, embeds, features, mask, index_dtype)
         ctx.output(embeds, "inputs_embeds", ctx.dtype, ["batch_size", "sequence_length", h])
         if spec.has_ple:
-            per_layer = self.per_layer.combined(ctx, text_ids, embeds)
-            shape: list[int | str] = [
-                "batch_size",
-                "sequence_length",
-                spec.num_layers,
-                spec.ple_dim,
-            ]
+            # onnxruntime-genai hands this on as a rank-3 [B, S, L * D] tensor.
+            combined = self.per_layer.combined(ctx, text_ids, embeds)
+            per_layer = op.Reshape(combined, ctx.ints([0, 0, -1]))
+            width = spec.num_layers * spec.ple_dim
+            shape: list[int | str] = ["batch_size", "sequence_length", width]
             ctx.output(per_layer, "per_layer_inputs", ctx.dtype, shape)
 
 

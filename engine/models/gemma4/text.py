@@ -229,8 +229,11 @@ class TextDecoder(Module):
             hidden = ctx.input("inputs_embeds", ctx.dtype, [*rows, spec.hidden_size])
             tokens = attn.token_row(ctx, hidden)
             if spec.has_ple:
-                shape = [*rows, spec.num_layers, spec.ple_dim]
-                per_layer = split_layers(ctx, ctx.input("per_layer_inputs", ctx.dtype, shape))
+                # [B, S, L * D] as onnxruntime-genai hands it on from the embedding session.
+                width = spec.num_layers * spec.ple_dim
+                flat = ctx.input("per_layer_inputs", ctx.dtype, [*rows, width])
+                layers = ctx.ints([0, 0, spec.num_layers, spec.ple_dim])
+                per_layer = split_layers(ctx, ctx.op.Reshape(flat, layers))
         else:
             ids = ctx.input("input_ids", index_dtype, ["batch_size", "sequence_length"])
             tokens = ids
