@@ -171,10 +171,7 @@ class GenaiRunner:
         og = self._og
         try:
             started = time.perf_counter()
-            processor = self.model.create_multimodal_processor()
-            images = og.Images.open(*map(str, media.images)) if media.images else None
-            audios = og.Audios.open(*map(str, media.audios)) if media.audios else None
-            inputs = processor(media.text, images=images, audios=audios)
+            inputs = media.process(og, self.model)
             prompt_length = int(np.asarray(inputs["input_ids"]).shape[-1])
             params = og.GeneratorParams(self.model)
             total = prompt_length + new_tokens

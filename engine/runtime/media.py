@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import OptionsError
 
@@ -51,6 +51,21 @@ class MediaPrompt:
             )
         head = IMAGE_MARKER * missing_images + AUDIO_MARKER * missing_audios
         return cls(head + prompt.text, prompt.images, prompt.audios)
+
+    def process(self, og: Any, model: Any) -> Any:
+        """genai's own processor output for this prompt (``og``: the onnxruntime_genai
+        module, ``model``: an ``og.Model``); a file it cannot decode is a clear error."""
+        processor = model.create_multimodal_processor()
+        try:
+            images = og.Images.open(*map(str, self.images)) if self.images else None
+            audios = og.Audios.open(*map(str, self.audios)) if self.audios else None
+            return processor(self.text, images=images, audios=audios)
+        except Exception as exc:  # genai raises RuntimeError for everything
+            files = ", ".join(str(p) for p in (*self.images, *self.audios))
+            raise OptionsError(
+                f"onnxruntime-genai could not read {files}: {exc}; check that the files are "
+                "complete images (PNG / JPEG) and WAV audio"
+            ) from exc
 
     def describe(self) -> str:
         parts = [f"{len(self.images)} image(s)"] if self.images else []

@@ -52,11 +52,7 @@ def verify_media(
     media.check(pkg)
     progress(0.0, "processing the prompt with genai's processors")
     runner = GenaiRunner(pkg, ep=ep, graph_capture=False)
-    og = runner._og
-    processor = runner.model.create_multimodal_processor()
-    images = og.Images.open(*map(str, media.images)) if media.images else None
-    audios = og.Audios.open(*map(str, media.audios)) if media.audios else None
-    inputs = processor(media.text, images=images, audios=audios)
+    inputs = media.process(runner._og, runner.model)
     tensors = {name: np.asarray(inputs[name]) for name in _names(inputs)}
     progress(0.1, "running transformers")
     ref_tokens, ref_logits = _reference(model_dir, tensors, steps, cancel)

@@ -53,6 +53,7 @@ def make_mm_checkpoint(
     audio: dict[str, Any] | bool = True,
     text: dict[str, Any] | None = None,
     clip: float | None = 4.0,
+    max_soft_tokens: int = 70,
 ) -> Any:
     """Save a seeded random ``Gemma4ForConditionalGeneration`` (float32) to ``path``.
 
@@ -72,7 +73,7 @@ def make_mm_checkpoint(
         None if audio is False else {**AUDIO, **(audio if isinstance(audio, dict) else {})}
     )
     config = Gemma4Config(
-        text_config={**BASE_CONFIG, **(text or {})},
+        text_config={**BASE_CONFIG, "max_position_embeddings": 512, **(text or {})},
         vision_config=vision_config,
         audio_config=audio_config,
         **TOKENS,
@@ -95,7 +96,44 @@ def make_mm_checkpoint(
                 buf.fill_(clip)
     model.save_pretrained(path)
     make_mm_tokenizer(path, config.text_config.vocab_size)
+    write_processor_config(path, max_soft_tokens=max_soft_tokens)
     return model
+
+
+def write_processor_config(path: Path, max_soft_tokens: int = 70) -> None:
+    """The checkpoint's processor settings, as Hugging Face's processor_config.json keeps
+    them (a small image token budget keeps tiny prompts short)."""
+    import json
+
+    data = {
+        "processor_class": "Gemma4Processor",
+        "image_processor": {
+            "image_processor_type": "Gemma4ImageProcessor",
+            "do_normalize": False,
+            "image_mean": [0.0, 0.0, 0.0],
+            "image_std": [1.0, 1.0, 1.0],
+            "max_soft_tokens": max_soft_tokens,
+            "patch_size": 16,
+            "pooling_kernel_size": 3,
+        },
+        "feature_extractor": {
+            "feature_extractor_type": "Gemma4AudioFeatureExtractor",
+            "feature_size": 128,
+            "sampling_rate": 16000,
+            "frame_length": 320,
+            "hop_length": 160,
+            "fft_length": 512,
+            "min_frequency": 0.0,
+            "max_frequency": 8000.0,
+            "mel_floor": 0.001,
+            "preemphasis": 0.0,
+            "preemphasis_htk_flavor": True,
+            "fft_overdrive": False,
+            "dither": 0.0,
+            "input_scale_factor": 1.0,
+        },
+    }
+    (path / "processor_config.json").write_text(json.dumps(data, indent=2))
 
 
 MARKERS = {
