@@ -17,12 +17,15 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
+from engine.caps import list_eps
 from engine.dtypes import ir_dtype
 from engine.options import ExportOptions
 from engine.pipeline import ExportResult, export
 from engine.quantize import QuantizedBlocks, dequantize
+from tests._support.structure import structural_proto
 from tests._support.tiny_gemma_mm import make_mm_checkpoint, random_patches
 from tests.engine.test_plan_package import SMALL_CONSTANT_BYTES, stored_initializers
 from tests.engine.test_webgpu import _clean_env, _setup_hint, run_webgpu, webgpu_python
@@ -373,11 +376,36 @@ def test_e2b_vision_weights_are_transformers_state_dict(e2b_spec):
     assert vision.nbytes == 2 * sum(math.prod(shape) for shape in want.values())
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [dict(), dict(weight_bits=4), dict(dtype="bf16"), dict(dtype="fp32", weight_bits=8)],
+    ids=["default-dtype", "int4", "bf16", "fp32-int8"],
+)
+@pytest.mark.parametrize("ep", list_eps())
+def test_e2b_vision_graph_passes_the_checker_on_every_ep(e2b_spec, ep: str, extra: dict):
+    from engine.errors import OptionsError
+    from engine.models import build_session
+    from engine.plan import plan
+
+    try:
+        export_plan = plan(e2b_spec, ExportOptions(ep=ep, modalities=VISION_ONLY, **extra))
+    except OptionsError as exc:
+        # Only refusals an EP is documented to make (no bf16 on WebGPU, ...).
+        assert "does not run" in str(exc) or "unavailable" in str(exc), exc
+        return
+    model = build_session(export_plan, "vision")
+    inputs = {value.name: value.dtype for value in model.graph.inputs}
+    index = ir.DataType.INT64 if export_plan.caps.int64_on_device else ir.DataType.INT32
+    assert inputs == {"pixel_values": ir.DataType.FLOAT, "pixel_position_ids": index}
+    (output,) = model.graph.outputs
+    assert output.dtype == ir_dtype(export_plan.options.dtype or "fp32")
+    onnx.checker.check_model(structural_proto(model), full_check=True)
+
+
 @pytest.mark.slow
 def test_e2b_vision_session_builds_and_runs(e2b_spec, tmp_path: Path):
     """Full-size E2B vision tower with random INT4 weights for WebGPU fp16: it passes the
     checker, opens in onnxruntime and gives one row per 3 x 3 patches."""
-    import onnx_ir as ir
     import onnxruntime as ort
 
     from engine.models import build_session
