@@ -172,7 +172,7 @@ class GenaiRunner:
         try:
             started = time.perf_counter()
             inputs = media.process(og, self.model)
-            prompt_length = int(np.asarray(inputs["input_ids"]).shape[-1])
+            prompt_length = int(MediaPrompt.array(inputs["input_ids"]).shape[-1])
             params = og.GeneratorParams(self.model)
             total = prompt_length + new_tokens
             search: dict[str, Any] = {"max_length": total, "do_sample": False}

@@ -67,6 +67,13 @@ class MediaPrompt:
                 "complete images (PNG / JPEG) and WAV audio"
             ) from exc
 
+    @staticmethod
+    def array(tensor: Any) -> Any:
+        """A numpy array of one of genai's processor outputs (``og.Tensor``)."""
+        import numpy as np
+
+        return tensor.as_numpy() if hasattr(tensor, "as_numpy") else np.asarray(tensor)
+
     def describe(self) -> str:
         parts = [f"{len(self.images)} image(s)"] if self.images else []
         parts += [f"{len(self.audios)} audio clip(s)"] if self.audios else []

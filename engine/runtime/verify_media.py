@@ -53,7 +53,7 @@ def verify_media(
     progress(0.0, "processing the prompt with genai's processors")
     runner = GenaiRunner(pkg, ep=ep, graph_capture=False)
     inputs = media.process(runner._og, runner.model)
-    tensors = {name: np.asarray(inputs[name]) for name in _names(inputs)}
+    tensors = {name: MediaPrompt.array(inputs[name]) for name in _names(inputs)}
     progress(0.1, "running transformers")
     ref_tokens, ref_logits = _reference(model_dir, tensors, steps, cancel)
     progress(0.6, "running the package")
@@ -142,7 +142,7 @@ def _reference(
 def _forced(runner: Any, inputs: Any, forced: list[int], cancel: CancelToken) -> list[np.ndarray]:
     """The package's logits per step, fed transformers' tokens after each step."""
     og = runner._og
-    prompt = int(np.asarray(inputs["input_ids"]).shape[-1])
+    prompt = int(MediaPrompt.array(inputs["input_ids"]).shape[-1])
     params = og.GeneratorParams(runner.model)
     total = prompt + len(forced) + 1
     params.set_search_options(max_length=total, min_length=total, do_sample=False)
