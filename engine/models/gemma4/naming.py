@@ -44,7 +44,7 @@ def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
     return False
 
 
-EXPORTABLE_TOWERS: tuple[str, ...] = ()
+EXPORTABLE_TOWERS: tuple[str, ...] = ("audio",)
 """Towers the engine can export; a checkpoint's other towers are left out (and named by
 the error when a user asks for them)."""
 
