@@ -38,11 +38,13 @@ from tests._support.tiny_gemma_mm import make_mm_checkpoint
 from tests.engine import test_webgpu
 
 FP32_TOL = 1e-4
-FP16_TOL = 2e-2
+FP16_TOL = 1e-2
 """fp16 package vs fp32 transformers, max abs over features of magnitude ~1-2 (measured
-up to 5e-3 on these configs; the attention runs in float32 as transformers does)."""
+1.5e-3 to 3.0e-3 on these configs, benchmarks/audio_parity.py; the attention runs in
+float32, as transformers computes it)."""
 QUANT_TOL = 1e-4
-"""INT4 / INT8 package vs transformers running the package's dequantized weights."""
+"""INT4 / INT8 package vs transformers running the package's dequantized weights
+(measured <= 1.5e-6; the float model is 0.01-0.36 away)."""
 
 
 @pytest.fixture(scope="module")
