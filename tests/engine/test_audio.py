@@ -328,3 +328,15 @@ def test_speech_session_runs_on_webgpu(
         assert got.shape == expected.shape
         error = np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()
         assert error <= tolerance, (i, error)
+
+
+def test_subsampling_channels_that_do_not_match_the_mel_bins_are_refused():
+    from engine.errors import SpecError
+    from engine.presets import preset_config
+
+    audio = {**E2B_AUDIO_CONFIG, "subsampling_conv_channels": [64, 32]}
+    spec = spec_from_config(
+        {"model_type": "gemma4", "text_config": preset_config("gemma4-tiny"), "audio_config": audio}
+    )
+    with pytest.raises(SpecError, match=r"subsampling_conv_channels\[0\] \(64\)"):
+        plan(spec, ExportOptions(ep="cpu", modalities=("text", "audio")))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from engine.errors import SpecError
 from engine.graph.context import BuildContext
 from engine.graph.conv import Conv, LayerNorm
 from engine.graph.modules import ClippableLinear, Linear, Module, RMSNorm
@@ -190,9 +191,10 @@ class AudioTower(Module):
         if c0 // 4 != subsampled(audio.feature_size):
             # transformers sizes input_proj_linear from the channels, the data from the
             # mel bins: they only agree when the two match (128 for the public models).
-            raise ValueError(
-                f"subsampling_conv_channels[0] ({c0}) must match the {audio.feature_size} "
-                "mel bins after two stride-2 convolutions"
+            raise SpecError(
+                f"audio_config: subsampling_conv_channels[0] ({c0}) must match the "
+                f"{audio.feature_size} mel bins after two stride-2 convolutions "
+                "(128 for Gemma 4's feature extractor)"
             )
         self._audio = audio
         self.audio_tower = AudioEncoder(audio)
