@@ -20,6 +20,7 @@ Role = Literal[
     "bias",
     "clip",
     "table",
+    "conv",
 ]
 
 

@@ -133,6 +133,13 @@ class MultimodalTokens:
     eoi_token_id: int | None = None
     boa_token_id: int | None = None
     eoa_token_id: int | None = None
+    video_token_id: int | None = None
+
+    @property
+    def placeholders(self) -> tuple[int, ...]:
+        """Ids that stand for a soft token (image, audio, video): never embedded as text."""
+        ids = (self.image_token_id, self.audio_token_id, self.video_token_id)
+        return tuple(i for i in ids if i is not None)
 
 
 @dataclass(frozen=True)

@@ -119,12 +119,15 @@ def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
     )
 
 
-def exported_weights(result: ExportResult) -> Iterator[tuple[WeightPlan, np.ndarray]]:
-    """Every quantized weight a package stores, dequantized back to float32 [rows, cols]
-    (checkpoint layout), read from the written initializers."""
-    model = onnx.load(str(result.output / "model.onnx"))
+def exported_weights(
+    result: ExportResult, session: str = "decoder"
+) -> Iterator[tuple[WeightPlan, np.ndarray]]:
+    """Every quantized weight a package's ``session`` stores, dequantized back to float32
+    [rows, cols] (checkpoint layout), read from the written initializers."""
+    planned = result.plan.session(session)
+    model = onnx.load(str(result.output / planned.filename))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for wp in result.plan.decoder.weights:
+    for wp in planned.weights:
         if not wp.quantized or wp.shares:
             continue
         assert wp.bits is not None and wp.block_size is not None
@@ -169,14 +172,15 @@ def total_mse(errors: dict[str, tuple[float, int]]) -> float:
     return sum(e for e, _ in errors.values()) / sum(n for _, n in errors.values())
 
 
-def dequantized_model(model: Any, result: ExportResult) -> Any:
-    """A copy of the transformers model running the package's dequantized weights."""
+def dequantized_model(model: Any, result: ExportResult, session: str = "decoder") -> Any:
+    """A copy of the transformers model running the dequantized weights of the package's
+    ``session``."""
     import torch
 
     restored_model = copy.deepcopy(model)
     params = dict(restored_model.named_parameters())
     with torch.no_grad():
-        for wp, restored in exported_weights(result):
+        for wp, restored in exported_weights(result, session):
             params[wp.weight.source].copy_(torch.from_numpy(restored))
     return restored_model
 

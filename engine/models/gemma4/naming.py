@@ -44,7 +44,7 @@ def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
     return False
 
 
-EXPORTABLE_TOWERS: tuple[str, ...] = ("vision",)
+EXPORTABLE_TOWERS: tuple[str, ...] = ("vision", "audio")
 """Towers the engine can export; a checkpoint's other towers are left out (and named by
 the error when a user asks for them)."""
 
@@ -68,4 +68,12 @@ def exported_modalities(spec: ModelSpec, options: ExportOptions) -> tuple[str, .
             f"exporting the {' and '.join(unsupported)} tower is not supported yet; "
             f"leave it out of {option('modalities')}"
         )
-    return ("text", *(t for t in spec.towers if t in wanted))
+    chosen = ("text", *(t for t in spec.towers if t in wanted))
+    if "audio" in chosen and "vision" not in chosen:
+        # Measured on the 0.18 wheel: without a vision session the gemma4 pipeline tries
+        # to load the package folder as a model ("model path is a directory").
+        raise OptionsError(
+            "onnxruntime-genai 0.18 runs a Gemma 4 audio session only beside a vision "
+            f"session; add vision to {option('modalities')} or leave audio out"
+        )
+    return chosen
