@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.readiness import SessionReadiness, capture_readiness
 from engine.errors import render_message
+from engine.models import model_summary
 
 if TYPE_CHECKING:
     from engine.options import ExportOptions
@@ -149,7 +150,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
         splits=tuple(splits),
         readiness=capture_readiness(plan),
         warnings=tuple(render_message(w) for w in plan.warnings),
-        spec_summary=plan.spec.summary(),
+        spec_summary=model_summary(plan.spec),
         compute_ms=compute_ms,
         plan=plan,
     )

@@ -54,7 +54,7 @@ def audit_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
     """
     from engine.audit import audit_model, decide_capture
     from engine.errors import OptionsError
-    from engine.models.gemma4 import build_decoder
+    from engine.models import build_decoder
     from engine.rewrites import apply_rewrites
 
     caps, mode = plan.caps, plan.options.graph_capture

@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from engine.models.gemma4_weights import checkpoint_name
 from engine.options import ExportOptions
 from tests._support.quantized import (
     BLOCK,
@@ -198,7 +197,7 @@ def sensitivity(packages: Packages) -> dict[str, Any]:
         relative = []
         with torch.no_grad():
             for wp, restored in exported_weights(result):
-                key = checkpoint_name(result.plan.spec, wp.name)
+                key = wp.weight.source
                 source = original[key].astype(np.float32)
                 error = restored - source
                 relative.append(float(np.linalg.norm(error) / np.linalg.norm(source)))

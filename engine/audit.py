@@ -212,9 +212,16 @@ def parse_placements(log: str) -> Placement:
     return Placement(provider_nodes=counts, host_nodes=tuple(host))
 
 
-def decide_capture(audit: SessionAudit, uses_gqa: bool, mode: str) -> tuple[bool, list[str]]:
+def decide_capture(
+    audit: SessionAudit, uses_gqa: bool, mode: str, never: str | None = None
+) -> tuple[bool, list[str]]:
     """Graph capture for a session: ``off``; ``on`` (refuse with the audit's reasons when it
-    cannot); ``auto`` (on where the EP supports it and the audit passes)."""
+    cannot); ``auto`` (on where the EP supports it and the audit passes).
+
+    ``never``: why this session is never captured whatever the mode (its input shapes
+    change from run to run); ``on`` then means "on for the sessions that can be"."""
+    if never is not None:
+        return False, [never, *audit.reasons()]
     reasons = audit.reasons()
     if not uses_gqa:
         reasons.append(

@@ -285,9 +285,12 @@ class GenaiDoc:
         ]
 
     def sessions(self) -> list[str]:
-        """Sessions present under ``model``, in the usual order."""
+        """Sessions present under ``model`` (sections that name an .onnx file), in the usual
+        order; ``"speech": {"config_filename": ""}`` says a package has no audio session."""
         model = self.data.get("model")
-        return [s for s in SESSIONS if isinstance(model, dict) and isinstance(model.get(s), dict)]
+        if not isinstance(model, dict):
+            return []
+        return [s for s in SESSIONS if isinstance(model.get(s), dict) and model[s].get("filename")]
 
     def _capture_slot(self, session: str) -> tuple[dict[str, Any], str] | None:
         options = self.get(("model", session, "session_options", "provider_options"))

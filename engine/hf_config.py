@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SpecError, option
+from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
@@ -361,7 +362,10 @@ def spec_from_config(
             f"is {ple_vocab}, smaller than vocab_size ({vocab}): tokens {ple_vocab} and above "
             "would have no per-layer embedding (transformers fails on them too)",
         )
-    bos, eos, pad = _token_ids(vocab, text, top)
+    # A multimodal checkpoint's top level says how generation ends (an -it model stops at
+    # <turn|> too); its text_config keeps the text model's own ids.
+    first, second = (top, text) if model_type == "gemma4" else (text, top)
+    bos, eos, pad = _token_ids(vocab, first, second)
     softcap = text.optional("final_logit_softcapping", None, float)
     if softcap is not None and softcap < 0:
         raise text.error("final_logit_softcapping", f"must not be negative, got {softcap}")
@@ -399,6 +403,9 @@ def spec_from_config(
         pad_token_id=pad,
         weight_prefix=prefix,
         source_dtype=str(dtype),
+        vision=vision_spec(config, origin) if model_type == "gemma4" else None,
+        audio=audio_spec(config, origin) if model_type == "gemma4" else None,
+        tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,
         raw=dict(config),
     )
 

@@ -9,7 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["linear", "embedding", "ple_table", "lm_head", "norm", "scalar", "rope_cache"]
+Role = Literal[
+    "linear",
+    "embedding",
+    "ple_table",
+    "lm_head",
+    "norm",
+    "scalar",
+    "rope_cache",
+    "bias",
+    "clip",
+    "table",
+    "conv",
+]
 
 
 @dataclass(frozen=True)
@@ -25,3 +37,8 @@ class LogicalWeight:
     """True for tensors the engine computes (RoPE caches) rather than reads."""
     scale: float | None = None
     """A constant the graph multiplies the looked-up rows by (scaled embeddings)."""
+    source: str | None = None
+    """The tensor's key in the checkpoint (None for computed tensors)."""
+    fill: float | None = None
+    """The constant an architecture-only (random-weights) package holds instead of random
+    draws: 1 for layer scalars, -inf / inf for clip bounds."""

@@ -19,6 +19,7 @@ VALID_BITS = (4, 8)
 DEFAULT_CAPTURE_MAX_LENGTH = 4096
 MAX_LENGTH_LIMIT = 2**31 - 1
 """Longest sequence onnxruntime's int32 ``total_sequence_length`` / ``seqlens_k`` count."""
+MODALITIES = ("text", "vision", "audio")
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,17 @@ class ExportOptions:
     """Write the package even when a limit the user chose is exceeded."""
     random_weights: bool = False
     seed: int = 0
+    modalities: tuple[str, ...] | None = None
+    """Towers to export besides the text decoder (``vision``, ``audio``); None = every
+    tower the checkpoint has. ``("text",)`` exports the text decoder alone."""
 
     def __post_init__(self) -> None:
         # Options read back from JSON (the app's settings) carry a list: keep them hashable
         # and equal to the options that were saved.
         if isinstance(self.keep_float, list):
             object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        if isinstance(self.modalities, list):
+            object.__setattr__(self, "modalities", tuple(self.modalities))
 
     @property
     def caps(self) -> EpCapabilities:
@@ -118,6 +124,12 @@ class ExportOptions:
             raise OptionsError(
                 f"max buffer size must be at least 1 KiB, got {self.max_buffer_size} bytes"
             )
+        if self.modalities is not None:
+            unknown = sorted(set(self.modalities) - set(MODALITIES))
+            if unknown:
+                raise OptionsError(
+                    f"unknown modalities {unknown}; choose from {', '.join(MODALITIES)}"
+                )
         if self.max_length is not None and self.max_length < 2:
             raise OptionsError(f"max length must be at least 2, got {self.max_length}")
         if self.max_length is not None and self.max_length > MAX_LENGTH_LIMIT:

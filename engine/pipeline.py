@@ -16,10 +16,10 @@ import onnx_ir as ir
 
 from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError, option, render_message
-from engine.genai_config import make_genai_config
+from engine.genai_config import make_genai_config, processor_files
 from engine.genai_doc import GenaiDoc
 from engine.hf_config import load_spec
-from engine.models.gemma4 import build_decoder
+from engine.models import Session, build_session, family_for, model_summary, plan_sessions
 from engine.options import ExportOptions
 from engine.package import (
     MANIFEST,
@@ -31,6 +31,7 @@ from engine.package import (
 from engine.plan import ExportPlan, plan
 from engine.preflight import preflight
 from engine.presets import load_preset
+from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
@@ -48,10 +49,16 @@ class ExportResult:
     plan: ExportPlan
     files: dict[str, int]
     seconds: float
-    graph_capture: bool
+    capture: dict[str, bool]
+    """Graph capture per session, as genai_config sets it."""
     share_buffer: bool
     tokenizer_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def graph_capture(self) -> bool:
+        """Graph capture of the decoder (the session it matters for)."""
+        return self.capture.get("decoder", False)
 
     @property
     def total_bytes(self) -> int:
@@ -100,6 +107,8 @@ def export(
             f"pass {option('random_weights')} for an architecture-only package"
         )
     export_plan = plan(spec, options)
+    source_dir = Path(model_dir) if model_dir is not None else None
+    processors = processor_files(export_plan, *read_processing(source_dir))
     ready = preflight(export_plan, output, overwrite=overwrite, model_dir=model_dir)
     out = ready.output
     source: WeightSource
@@ -107,27 +116,33 @@ def export(
         source = RandomSource(options.seed)
     else:
         progress(0.01, "checking the checkpoint's tensors")
-        checkpoint = CheckpointSource(spec, Path(str(model_dir)))
+        family = family_for(spec.source_model_type)
+        checkpoint = CheckpointSource(
+            Path(str(model_dir)),
+            (wp.weight for s in export_plan.sessions for wp in s.weights if not wp.shares),
+            lambda key: family.ignorable(spec, export_plan.options, key),
+        )
         checkpoint.validate()
         source = checkpoint
     cancel.raise_if_cancelled()
 
-    progress(0.03, "building the graph")
+    progress(0.03, "building the graphs")
     factory = TensorFactory(export_plan, source, cancel)
-    model = build_decoder(export_plan, factory)
-    rewrites = apply_rewrites(model, export_plan.caps)
-    audit = audit_model(model, export_plan.caps)
-    capture, capture_reasons = decide_capture(
-        audit, export_plan.uses_gqa, export_plan.options.graph_capture
-    )
+    built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
+    notes: list[str] = [*ready.notes]
+    for session in built:
+        notes += [
+            f"{session.name}: {family}: {count} rewrites"
+            for family, count in session.rewrites.items()
+            if count
+        ]
+        if export_plan.caps.graph_capture and not session.capture:
+            notes += [f"{session.name}: graph capture off: {r}" for r in session.reasons[:5]]
+    capture = {session.name: session.capture for session in built}
     share_buffer = export_plan.uses_gqa
-    notes = [*ready.notes]
-    notes += [f"{family}: {count} rewrites" for family, count in rewrites.items() if count]
-    if export_plan.caps.graph_capture and not capture:
-        notes += [f"graph capture off: {reason}" for reason in capture_reasons[:5]]
     cancel.raise_if_cancelled()
 
-    total = max(export_plan.decoder.nbytes, 1)
+    total = max(export_plan.nbytes, 1)
     written = 0
 
     def on_written(tensor: ir.TensorProtocol, info: Any) -> None:
@@ -137,23 +152,27 @@ def export(
         cancel.raise_if_cancelled()
 
     with staging_folder(out, overwrite) as staging:
-        filename = export_plan.decoder.filename
-        ir.save(
-            model,
-            staging / filename,
-            external_data=filename + DATA_FILE_SUFFIX,
-            callback=on_written,
-            max_workers=min(4, os.cpu_count() or 1),
-        )
-        cancel.raise_if_cancelled()
+        for session in built:
+            filename = export_plan.session(session.name).filename
+            ir.save(
+                session.model,
+                staging / filename,
+                external_data=filename + DATA_FILE_SUFFIX,
+                callback=on_written,
+                max_workers=min(4, os.cpu_count() or 1),
+            )
+            cancel.raise_if_cancelled()
         progress(0.96, "writing genai_config.json")
         write_json(
             staging / "genai_config.json",
             make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
         )
+        for name, data in processors.items():
+            write_json(staging / name, data)
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
-        tokenizer = copy_tokenizer(Path(model_dir) if model_dir is not None else None, staging)
-        write_json(staging / MANIFEST, _manifest(export_plan, audit, capture, share_buffer))
+        tokenizer = copy_tokenizer(source_dir, staging)
+        audits = {session.name: session.audit for session in built}
+        write_json(staging / MANIFEST, _manifest(export_plan, audits, capture, share_buffer))
         files = folder_files(staging)
     progress(1.0, "done")
     return ExportResult(
@@ -161,15 +180,42 @@ def export(
         plan=export_plan,
         files=files,
         seconds=time.perf_counter() - started,
-        graph_capture=capture,
+        capture=capture,
         share_buffer=share_buffer,
         tokenizer_files=tuple(tokenizer),
         notes=tuple(notes),
     )
 
 
+@dataclass
+class _BuiltSession:
+    name: str
+    model: ir.Model
+    rewrites: dict[str, int]
+    audit: SessionAudit
+    capture: bool
+    reasons: list[str]
+
+
+def _build(export_plan: ExportPlan, session: Session, factory: TensorFactory) -> _BuiltSession:
+    """One session's graph, rewritten for the EP, audited, and its capture decided."""
+    model = build_session(export_plan, session.name, factory)
+    rewrites = apply_rewrites(model, export_plan.caps)
+    audit = audit_model(model, export_plan.caps, session.name)
+    capture, reasons = decide_capture(
+        audit,
+        export_plan.uses_gqa,
+        export_plan.options.graph_capture,
+        never=session.never_captured,
+    )
+    return _BuiltSession(session.name, model, rewrites, audit, capture, reasons)
+
+
 def _manifest(
-    export_plan: ExportPlan, audit: SessionAudit, capture: bool, share_buffer: bool
+    export_plan: ExportPlan,
+    audits: dict[str, SessionAudit],
+    capture: dict[str, bool],
+    share_buffer: bool,
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -178,10 +224,10 @@ def _manifest(
     return {
         "producer": "export-studio",
         "version": __version__,
-        "model": export_plan.spec.summary(),
+        "model": model_summary(export_plan.spec),
         "options": asdict(export_plan.options),
-        "graph_capture": {"decoder": capture},
-        "audit": {"decoder": audit.to_json()},
+        "graph_capture": capture,
+        "audit": {name: audit.to_json() for name, audit in audits.items()},
         "past_present_share_buffer": share_buffer,
         "plan": {
             "total_bytes": export_plan.nbytes,

@@ -15,7 +15,7 @@ from typing import Literal
 
 from engine.errors import OptionsError, option
 from engine.logical import LogicalWeight
-from engine.models.gemma4_weights import logical_weights, rope_weights
+from engine.models import sessions_for
 from engine.options import ExportOptions
 from engine.plan_model import (
     ExportPlan,
@@ -100,7 +100,8 @@ def _pieces_along(
     pieces = []
     for i, (start, stop) in enumerate(bounds):
         piece_shape = list(shape)
-        piece_shape[axis] = stop - start
+        if piece_shape:  # a 0-d tensor (a clip bound) is one piece of itself
+            piece_shape[axis] = stop - start
         if bits is not None and block_size is not None:  # a split may make a table odd
             check_quantizable(base, tuple(piece_shape), bits, block_size, storage)
         name = base if len(bounds) == 1 else f"{base}.part{i}"
@@ -154,7 +155,7 @@ def _plan_weight(
             w.name, storage, dtype, w.shape, axis, bounds, bits, block, options.symmetric
         )
 
-    whole = make(0, [(0, w.shape[0])])
+    whole = make(0, [(0, w.shape[0] if w.shape else 1)])
     exceeds = limits.exceeded(whole[0].largest_buffer)
 
     def result(pieces: tuple[Piece, ...], axis: int | None = None, note: str = "") -> WeightPlan:
@@ -225,11 +226,11 @@ def _split_count(size: int, nbytes: int, limit: int, unit: int) -> int | None:
     return None
 
 
-def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
-    """The tied LM head reuses the token embedding's initializers."""
-    head = LogicalWeight("lm_head.weight", w_embed.weight.shape, "lm_head")
-    if w_embed.storage == "gbq":
-        check_shareable(w_embed.name, w_embed.weight.shape, w_embed.block_size)
+def _tied(name: str, owner: WeightPlan, options: ExportOptions) -> WeightPlan:
+    """A tied weight (the LM head) reuses its owner's (the token embedding's) initializers."""
+    head = LogicalWeight(name, owner.weight.shape, "lm_head", source=owner.weight.source)
+    if owner.storage == "gbq":
+        check_shareable(owner.name, owner.weight.shape, owner.block_size)
         storage: Storage = "matmulnbits"
         note = "tied: MatMulNBits over the quantized embedding's bytes"
     else:
@@ -240,18 +241,18 @@ def _tied_head(w_embed: WeightPlan, options: ExportOptions) -> WeightPlan:
                 " (kept float to store the table once; "
                 f"quantize it with {option('embedding_bits')})"
             )
-    if w_embed.is_split:
-        note += f", summed over its {len(w_embed.pieces)} hidden-axis pieces"
+    if owner.is_split:
+        note += f", summed over its {len(owner.pieces)} hidden-axis pieces"
     return WeightPlan(
         head,
         storage,
-        w_embed.dtype,
-        w_embed.pieces,
-        bits=w_embed.bits,
-        block_size=w_embed.block_size,
-        symmetric=w_embed.symmetric,
-        split_axis=w_embed.split_axis,
-        shares=w_embed.name,
+        owner.dtype,
+        owner.pieces,
+        bits=owner.bits,
+        block_size=owner.block_size,
+        symmetric=owner.symmetric,
+        split_axis=owner.split_axis,
+        shares=owner.name,
         note=note,
     )
 
@@ -294,17 +295,22 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     limits = _Limits(options.max_buffer_size, caps.max_storage_binding_size)
     length = context_length(spec, options)
 
-    weights: list[WeightPlan] = []
-    embed_plan: WeightPlan | None = None
-    for w in [*logical_weights(spec), *rope_weights(spec, length)]:
-        wp = _plan_weight(w, options, limits, dtype)
-        weights.append(wp)
-        if w.name == "embed_tokens.weight":
-            embed_plan = wp
-    if spec.tie_word_embeddings:
-        assert embed_plan is not None
-        weights.append(_tied_head(embed_plan, options))
+    sessions = []
+    warnings: list[str] = []
+    for session in sessions_for(spec, options, length):
+        planned = {w.name: _plan_weight(w, options, limits, dtype) for w in session.weights()}
+        for name, owner in session.ties.items():
+            planned[name] = _tied(name, planned[owner], options)
+        weights = tuple(planned.values())
+        warnings += _limit_warnings(weights)
+        sessions.append(SessionPlan(session.name, session.filename, weights))
+    return ExportPlan(
+        spec, options, caps, length, tuple(sessions), attention_path(spec, options), tuple(warnings)
+    )
 
+
+def _limit_warnings(weights: tuple[WeightPlan, ...]) -> list[str]:
+    """What the user should know about weights over the EP's buffer limits."""
     warnings = []
     for wp in weights:
         if wp.shares:
@@ -324,7 +330,4 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
                 "size; adapters that grant more run it, others need a lower "
                 f"{option('max_buffer_size')}"
             )
-    decoder = SessionPlan("decoder", "model.onnx", tuple(weights))
-    return ExportPlan(
-        spec, options, caps, length, (decoder,), attention_path(spec, options), tuple(warnings)
-    )
+    return warnings

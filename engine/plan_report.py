@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.errors import render_message
-from engine.plan import ExportPlan, WeightPlan
+from engine.plan_model import ExportPlan, WeightPlan
 from engine.units import format_bytes
 
 

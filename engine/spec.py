@@ -4,7 +4,6 @@ dataclasses. :mod:`engine.hf_config` reads them from Hugging Face ``config.json`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -71,6 +70,79 @@ class LayerSpec:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """The vision tower of a multimodal Gemma 4 checkpoint (``vision_config``)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    activation: str
+    rms_norm_eps: float
+    patch_size: int
+    pooling_kernel_size: int
+    position_embedding_size: int
+    rope_theta: float
+    use_clipped_linears: bool
+    standardize: bool
+    max_soft_tokens: int
+    """Image tokens per image at most (the processor's budget; sizes a static graph)."""
+
+    @property
+    def patch_pixels(self) -> int:
+        return 3 * self.patch_size**2
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    """The audio tower (a conformer) of a multimodal Gemma 4 checkpoint (``audio_config``)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    activation: str
+    subsampling_conv_channels: tuple[int, int]
+    conv_kernel_size: int
+    residual_weight: float
+    chunk_size: int
+    context_left: int
+    context_right: int
+    logit_cap: float
+    invalid_logits_value: float
+    use_clipped_linears: bool
+    rms_norm_eps: float
+    gradient_clipping: float
+    output_proj_dims: int
+    feature_size: int = 128
+    """Mel bins per frame (the feature extractor's ``feature_size``)."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+@dataclass(frozen=True)
+class MultimodalTokens:
+    """Token ids a multimodal prompt uses around and inside image / audio spans."""
+
+    image_token_id: int
+    audio_token_id: int
+    boi_token_id: int | None = None
+    eoi_token_id: int | None = None
+    boa_token_id: int | None = None
+    eoa_token_id: int | None = None
+    video_token_id: int | None = None
+
+    @property
+    def placeholders(self) -> tuple[int, ...]:
+        """Ids that stand for a soft token (image, audio, video): never embedded as text."""
+        ids = (self.image_token_id, self.audio_token_id, self.video_token_id)
+        return tuple(i for i in ids if i is not None)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything the planner and builders need to know about a Gemma 4 text decoder."""
 
@@ -100,7 +172,17 @@ class ModelSpec:
     """Prefix of the text decoder's tensors in the checkpoint (``model.`` or
     ``model.language_model.``)."""
     source_dtype: str = "float32"
+    vision: VisionSpec | None = None
+    audio: AudioSpec | None = None
+    tokens: MultimodalTokens | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def towers(self) -> tuple[str, ...]:
+        """The multimodal towers the checkpoint has: ``vision`` and / or ``audio``."""
+        return tuple(
+            name for name, tower in (("vision", self.vision), ("audio", self.audio)) if tower
+        )
 
     @property
     def num_layers(self) -> int:
@@ -124,12 +206,6 @@ class ModelSpec:
         source = self.layers[layer_index].kv_source
         return [layer.index for layer in self.kv_layers].index(source)
 
-    def parameter_count(self) -> int:
-        """Parameters of the text decoder as stored in the checkpoint (tied head counted once)."""
-        from engine.models.gemma4_weights import logical_weights
-
-        return sum(math.prod(w.shape) for w in logical_weights(self))
-
     def summary(self) -> dict[str, Any]:
         """A short, JSON-friendly description for the CLI's ``info`` and the app."""
         kinds = [layer.attention for layer in self.layers]
@@ -137,7 +213,7 @@ class ModelSpec:
             "name": self.name,
             "model_type": self.model_type,
             "source_model_type": self.source_model_type,
-            "parameters": self.parameter_count(),
+            "towers": list(self.towers),
             "layers": self.num_layers,
             "sliding_layers": kinds.count("sliding"),
             "full_layers": kinds.count("full"),

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from engine.caps import list_eps
-from engine.options import DTYPES, ExportOptions
+from engine.options import DTYPES, MODALITIES, ExportOptions
 from engine.presets import list_presets
 from engine.progress import Progress
 from engine.units import parse_bytes
@@ -132,6 +132,25 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="GroupQueryAttention or the standard-ONNX attention path",
     )
+    parser.add_argument(
+        "--modalities",
+        type=modalities,
+        default=None,
+        metavar="LIST",
+        help="towers to export, comma-separated from text,vision,audio "
+        "(default: every tower the checkpoint has)",
+    )
+
+
+def modalities(text: str) -> tuple[str, ...]:
+    """``text,vision`` -> ("text", "vision"); the text decoder is always exported."""
+    names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    unknown = [n for n in names if n not in MODALITIES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown modality {', '.join(unknown)}; choose from {', '.join(MODALITIES)}"
+        )
+    return names if "text" in names else ("text", *names)
 
 
 def options_from_args(args: argparse.Namespace, random_weights: bool = False) -> ExportOptions:
@@ -153,6 +172,7 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         force=args.force,
         random_weights=random_weights,
         seed=getattr(args, "seed", 0),
+        modalities=args.modalities,
     )
 
 

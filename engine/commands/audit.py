@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             args.package, caps, measure=not args.no_placement, python=args.runtime_python
         )
     else:
-        from engine.models.gemma4 import build_decoder
+        from engine.models import build_decoder
         from engine.pipeline import load_model_spec
         from engine.plan import plan
         from engine.rewrites import apply_rewrites

@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runtime",
         choices=("ort", "genai"),
-        default="ort",
-        help="our onnxruntime loop (ort) or onnxruntime-genai",
+        default=None,
+        help="our onnxruntime loop (ort) or onnxruntime-genai (default: ort; genai for "
+        "multimodal packages and prompts with media)",
     )
     parser.add_argument("--ep", default=None, help="execution provider (default: the package's)")
     parser.add_argument(
@@ -46,6 +47,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ort runtime: shared preallocated KV buffer or growing KV",
     )
     parser.add_argument("--threads", type=count, default=None, help="intra-op threads")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an image for a multimodal package (repeatable; runs through genai)",
+    )
+    parser.add_argument(
+        "--audio",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an audio clip (WAV) for a multimodal package (runs through genai)",
+    )
+    parser.add_argument(
+        "--prompt",
+        default=None,
+        metavar="TEXT",
+        help="prompt text with the media (markers <|image|> / <|audio|> are added if missing)",
+    )
     parser.add_argument("--seed", type=count, default=0, help="seed of the random prompt")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -54,18 +75,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.runtime.bench import (
+        DEFAULT_NEW_TOKENS,
+        DEFAULT_PROMPT_LENGTH,
         BenchConfig,
         compare_capture,
         fit_lengths,
         run_bench,
         validate_capture,
     )
+    from engine.runtime.media import MediaPrompt
     from engine.runtime.package import open_package
 
     package = open_package(args.package)
-    prompt_length, new_tokens = fit_lengths(package, args.prompt_len, args.new_tokens)
+    media = None
+    if args.image or args.audio:
+        media = MediaPrompt.build(args.prompt, tuple(args.image), tuple(args.audio))
+        media.check(package)
+        prompt_length = args.prompt_len or DEFAULT_PROMPT_LENGTH  # the media prompt's own
+        new_tokens = args.new_tokens or DEFAULT_NEW_TOKENS
+    else:
+        prompt_length, new_tokens = fit_lengths(package, args.prompt_len, args.new_tokens)
     config = BenchConfig(
-        runtime=args.runtime,
+        runtime=args.runtime or ("genai" if media or package.multimodal else "ort"),
+        media=media,
         ep=args.ep,
         prompt_length=prompt_length,
         new_tokens=new_tokens,

@@ -15,9 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.models import model_summary
     from engine.pipeline import load_model_spec
 
-    summary = load_model_spec(args.model, args.preset).summary()
+    summary = model_summary(load_model_spec(args.model, args.preset))
     if args.json:
         print_json(summary)
         return 0

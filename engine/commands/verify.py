@@ -23,26 +23,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt-len", type=int, default=12, help="random prompt length")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
     parser.add_argument("--ep", default="cpu", help="EP to run the package on (default cpu)")
+    parser.add_argument(
+        "--image", action="append", default=[], metavar="PATH", help="an image (repeatable)"
+    )
+    parser.add_argument("--audio", action="append", default=[], metavar="PATH", help="a WAV clip")
+    parser.add_argument("--prompt", default=None, metavar="TEXT", help="prompt text with media")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.runtime.media import MediaPrompt
     from engine.runtime.verify import verify
+    from engine.runtime.verify_media import verify_media
 
     with progress_bar(args.quiet or args.json) as progress:
         try:
-            result = verify(
-                args.package,
-                args.model,
-                steps=args.steps,
-                prompt_length=args.prompt_len,
-                seed=args.seed,
-                ep=args.ep,
-                progress=progress,
-                cancel=getattr(args, "cancel", None),
-            )
+            if args.image or args.audio:
+                media = MediaPrompt.build(args.prompt, tuple(args.image), tuple(args.audio))
+                result = verify_media(
+                    args.package, args.model, media, steps=args.steps, ep=args.ep, progress=progress
+                )
+            else:
+                result = verify(
+                    args.package,
+                    args.model,
+                    steps=args.steps,
+                    prompt_length=args.prompt_len,
+                    seed=args.seed,
+                    ep=args.ep,
+                    progress=progress,
+                    cancel=getattr(args, "cancel", None),
+                )
         except KeyboardInterrupt:
             raise CancelledError("interrupted") from None
     if args.json:

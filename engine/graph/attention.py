@@ -33,6 +33,7 @@ class AttentionInputs:
     """Values every attention layer reads, computed once per graph."""
 
     input_ids: ir.Value
+    """[B, S] values, one per new token: the ids, or a float row of the input embeddings."""
     seqlens_k: ir.Value | None = None
     total_length: ir.Value | None = None
     query_positions: ir.Value | None = None
@@ -72,6 +73,31 @@ def _ones_like(ctx: BuildContext, x: ir.Value) -> ir.Value:
     return ctx.op.Add(ctx.op.Mul(x, zero), one)
 
 
+def _float_ones(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """Float32 ones of a float tensor's shape, whatever its values (NaN and inf included):
+    no Shape, so it stays on the device."""
+    op = ctx.op
+    same = op.Equal(x, x)
+    return op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
+
+
+def _token_ones(ctx: BuildContext, tokens: ir.Value) -> ir.Value:
+    """Float32 ones [B, S], one per new token, from the ids or a float row of embeddings."""
+    if tokens.dtype in (ir.DataType.INT32, ir.DataType.INT64):
+        ids = (
+            tokens
+            if tokens.dtype == ir.DataType.INT32
+            else ctx.op.Cast(tokens, to=ir.DataType.INT32)
+        )
+        return ctx.op.Cast(_ones_like(ctx, ids), to=F32)
+    return _float_ones(ctx, tokens)
+
+
+def token_row(ctx: BuildContext, embeds: ir.Value) -> ir.Value:
+    """[B, S] from inputs_embeds [B, S, H]: stands in for the ids where a session has none."""
+    return ctx.op.Gather(embeds, _scalar(ctx, 0, np.int64, "index_0"), axis=2)
+
+
 def _running_index(ctx: BuildContext, ones: ir.Value) -> ir.Value:
     """0, 1, 2, ... along axis 1 of a float ones tensor (CumSum - 1; exact below 2**24)."""
     axis = _scalar(ctx, 1, np.int32, "axis_1_i32")
@@ -101,12 +127,7 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
     if ctx.caps.explicit_attention_over_cache:
         # Batch 1 (graph capture): the valid length is the present length.
         inputs.total_length = op.Gather(lengths, index_0)
-        ids = (
-            input_ids
-            if input_ids.dtype == ir.DataType.INT32
-            else op.Cast(input_ids, to=ir.DataType.INT32)
-        )
-        query_ones = op.Cast(_ones_like(ctx, ids), to=F32)  # [B, S]
+        query_ones = _token_ones(ctx, input_ids)  # [B, S]
         new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)
         valid = op.Unsqueeze(op.Cast(lengths, to=F32), ctx.ints([1]))
         positions = op.Add(op.Sub(valid, new_tokens), _running_index(ctx, query_ones))
@@ -289,9 +310,7 @@ def _buffer_bias(
     op = ctx.op
     index_0 = _scalar(ctx, 0, np.int64, "index_0")
     row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
-    same = op.Equal(row, row)
-    ones = op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
-    key_positions = _running_index(ctx, ones)  # [B, L]
+    key_positions = _running_index(ctx, _float_ones(ctx, row))  # [B, L]
     assert inputs.query_positions is not None
     distance = op.Sub(
         op.Unsqueeze(inputs.query_positions, ctx.ints([2])),

@@ -11,12 +11,15 @@ import numpy as np
 import onnx_ir as ir
 
 from engine.graph.context import BuildContext
-from engine.plan import WeightPlan
+from engine.plan_model import WeightPlan
 
 
-def rms_norm(ctx: BuildContext, x: ir.Value, weight: str | None, width: int) -> ir.Value:
-    """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm)."""
-    eps = ctx.spec.rms_norm_eps
+def rms_norm(
+    ctx: BuildContext, x: ir.Value, weight: str | None, width: int, eps: float | None = None
+) -> ir.Value:
+    """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm);
+    ``eps`` defaults to the text model's."""
+    eps = ctx.spec.rms_norm_eps if eps is None else eps
     scale = _norm_scale(ctx, weight, width)
     if ctx.caps.rms_norm_op == "RMSNormalization":
         return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
@@ -47,8 +50,7 @@ def skip_rms_norm(
 def _norm_scale(ctx: BuildContext, weight: str | None, width: int) -> ir.Value:
     if weight is None:
         return ctx.const(np.ones(width, dtype=ctx.np_dtype), name=f"ones_{width}")
-    wp = ctx.weight(weight)
-    return ctx.parts(wp, wp.pieces[0])["weight"]
+    return ctx.param(weight)
 
 
 def linear(ctx: BuildContext, x: ir.Value, weight: str) -> ir.Value:

@@ -8,7 +8,7 @@ import onnxscript
 
 from engine.caps import EpCapabilities
 from engine.dtypes import ir_dtype, numpy_dtype
-from engine.plan import ExportPlan, Piece, PlannedTensor, SessionPlan, WeightPlan
+from engine.plan_model import ExportPlan, Piece, PlannedTensor, SessionPlan, WeightPlan
 from engine.weights.factory import TensorFactory
 
 OPSET = 23
@@ -68,6 +68,11 @@ class BuildContext:
         self.graph.register_initializer(value)
         self._values[tensor.name] = value
         return value
+
+    def param(self, name: str) -> ir.Value:
+        """The single float initializer of an unsplit, unquantized weight (norms, biases)."""
+        wp = self.weight(name)
+        return self.parts(wp, wp.pieces[0])["weight"]
 
     def parts(self, weight: WeightPlan, piece: Piece) -> dict[str, ir.Value]:
         """A piece's initializers by part (weight / qweight / scales / zero_points)."""

@@ -1,2 +1,86 @@
-"""Model families. Each family is a spec reader's companion: its logical weights and its
-graph, built from the plan."""
+"""Model families, chosen by the checkpoint's ``model_type``."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import SpecError
+from engine.graph.context import BuildContext
+from engine.models.family import Family, Session
+from engine.options import ExportOptions
+from engine.plan_model import ExportPlan
+from engine.spec import ModelSpec
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from engine.weights.factory import TensorFactory
+
+__all__ = [
+    "Family",
+    "Session",
+    "build_decoder",
+    "build_session",
+    "family_for",
+    "model_summary",
+    "plan_sessions",
+    "sessions_for",
+]
+
+
+def _families() -> tuple[Family, ...]:
+    from engine.models.gemma4 import FAMILY as GEMMA4
+
+    return (GEMMA4,)
+
+
+def family_for(model_type: str) -> Family:
+    """The family that reads checkpoints of ``model_type``."""
+    for family in _families():
+        if model_type in family.model_types:
+            return family
+    known = sorted(t for family in _families() for t in family.model_types)
+    raise SpecError(f"model type '{model_type}' is not supported (supported: {', '.join(known)})")
+
+
+def sessions_for(
+    spec: ModelSpec, options: ExportOptions, context_length: int
+) -> tuple[Session, ...]:
+    """The package's sessions for ``spec`` under resolved ``options``."""
+    return family_for(spec.source_model_type).sessions(spec, options, context_length)
+
+
+def model_summary(spec: ModelSpec) -> dict[str, Any]:
+    """The spec's summary plus its parameter count over every tower the checkpoint has."""
+    options = ExportOptions().resolve()
+    # Checkpoint keys, so a table two sessions read (a tied token embedding) counts once.
+    sizes = {
+        w.source: math.prod(w.shape)
+        for session in sessions_for(spec, options, 1)
+        for w in session.weights()
+        if w.source is not None
+    }
+    summary = spec.summary()
+    return {"name": summary.pop("name"), "parameters": sum(sizes.values()), **summary}
+
+
+def plan_sessions(plan: ExportPlan) -> tuple[Session, ...]:
+    """The session records behind a plan, in the plan's order."""
+    return sessions_for(plan.spec, plan.options, plan.context_length)
+
+
+def build_session(plan: ExportPlan, name: str, factory: TensorFactory | None = None) -> ir.Model:
+    """One session's graph from the plan; initializers are lazy (written later through
+    ``factory``) or empty placeholders without one (audits, previews)."""
+    for session in sessions_for(plan.spec, plan.options, plan.context_length):
+        if session.name == name:
+            ctx = BuildContext(plan, plan.session(name), factory)
+            session.build(ctx)
+            return ctx.model()
+    raise KeyError(f"the plan has no {name} session")
+
+
+def build_decoder(plan: ExportPlan, factory: TensorFactory | None = None) -> ir.Model:
+    """The decoder session's graph (see :func:`build_session`)."""
+    return build_session(plan, "decoder", factory)

@@ -403,7 +403,14 @@ def _open(
         from engine.runtime.genai_runner import GenaiRunner
 
         genai = GenaiRunner(pkg, ep=config.ep, graph_capture=graph_capture, threads=config.threads)
-        return genai.generate, genai
+        media = config.media
+        if media is None:
+            return genai.generate, genai
+
+        def generate_media(prompt: Sequence[int], new_tokens: int, **kwargs: Any) -> Generation:
+            return genai.generate_media(media, new_tokens, **kwargs)
+
+        return generate_media, genai
     from engine.runtime.runner import Runner, RunnerOptions
 
     runner = Runner(

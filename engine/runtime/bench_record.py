@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from engine.errors import OptionsError
+from engine.errors import OptionsError, option
 from engine.runtime.generation import Agreement, Generation
+from engine.runtime.media import MediaPrompt
 from engine.runtime.runner import KvMode
 
 RuntimeName = Literal["ort", "genai"]
@@ -26,10 +27,17 @@ class BenchConfig:
     kv_mode: KvMode = "auto"
     seed: int = 0
     threads: int | None = None
+    media: MediaPrompt | None = None
+    """Images / audio for a multimodal package (genai only); the prompt is then its text."""
 
     def __post_init__(self) -> None:
         if self.runtime not in ("ort", "genai"):
             raise OptionsError(f"runtime must be ort or genai, got '{self.runtime}'")
+        if self.media is not None and self.runtime != "genai":
+            raise OptionsError(
+                f"prompts with images or audio run through onnxruntime-genai; "
+                f"use {option('runtime', 'genai')}"
+            )
         for label, value, least in (
             ("prompt length", self.prompt_length, 1),
             ("new tokens", self.new_tokens, 2),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from engine.errors import (
 )
 from engine.progress import CancelToken
 from engine.runtime.generation import Generation
+from engine.runtime.media import MediaPrompt
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
 from engine.runtime.session import require_provider
@@ -166,22 +167,76 @@ class GenaiRunner:
                 f"{' under graph capture' if self.graph_capture else ''}: {exc}"
             ) from exc
 
+    def generate_media(
+        self,
+        media: MediaPrompt,
+        new_tokens: int,
+        *,
+        keep_logits: bool = False,
+        stop_at_eos: bool = False,
+        cancel: CancelToken | None = None,
+    ) -> Generation:
+        """A prompt with images and / or an audio clip through genai's own processors
+        (``create_multimodal_processor``): the first token's time includes decoding the
+        files, the vision / speech sessions and the prefill."""
+        media.check(self.package)
+        og = self._og
+        try:
+            started = time.perf_counter()
+            inputs = media.process(og, self.model)
+            prompt_length = int(MediaPrompt.array(inputs["input_ids"]).shape[-1])
+            params = og.GeneratorParams(self.model)
+            total = prompt_length + new_tokens
+            search: dict[str, Any] = {"max_length": total, "do_sample": False}
+            if not stop_at_eos:
+                search["min_length"] = total
+            params.set_search_options(**search)
+            generator = og.Generator(self.model, params)
+
+            def feed() -> int:
+                generator.set_inputs(inputs)
+                return prompt_length
+
+            return self._loop(
+                generator,
+                feed,
+                new_tokens,
+                keep_logits=keep_logits,
+                stop_at_eos=stop_at_eos,
+                cancel=cancel,
+                started=started,
+            )
+        except EngineError:
+            raise
+        except Exception as exc:  # genai raises RuntimeError for everything
+            raise RuntimeUnavailableError(
+                f"onnxruntime-genai could not run the prompt with "
+                f"{media.describe()} on {self.package.path.name}: {exc}"
+            ) from exc
+
     def _loop(
         self,
         generator: Any,
-        prompt: Sequence[int],
+        prompt: Sequence[int] | Callable[[], int],
         new_tokens: int,
         *,
         keep_logits: bool,
         stop_at_eos: bool,
         cancel: CancelToken | None,
+        started: float | None = None,
     ) -> Generation:
+        """Feed the prompt (token ids, or a callable that sets processed inputs and returns
+        their length), then time each step."""
         tokens: list[int] = []
         argmax: list[int] = []
         kept: list[np.ndarray] = []
         steps: list[float] = []
-        started = time.perf_counter()
-        generator.append_tokens(np.asarray(prompt, dtype=np.int32))
+        started = time.perf_counter() if started is None else started
+        if callable(prompt):
+            prompt_length = prompt()
+        else:
+            generator.append_tokens(np.asarray(prompt, dtype=np.int32))
+            prompt_length = len(prompt)
         prefill = time.perf_counter() - started
         first = 0.0
         for i in range(new_tokens):
@@ -207,7 +262,7 @@ class GenaiRunner:
                 break
         eos = bool(tokens) and stop_at_eos and tokens[-1] in self.package.eos_token_ids
         return Generation(
-            prompt_length=len(prompt),
+            prompt_length=prompt_length,
             tokens=tuple(tokens),
             argmax=tuple(argmax),
             logits=tuple(kept),

@@ -79,6 +79,23 @@ class Package:
     manifest: Mapping[str, Any] | None = field(default=None, repr=False)
 
     @property
+    def multimodal(self) -> bool:
+        """A ``gemma4`` package: an embedding session feeds the decoder embeddings."""
+        model = self.config.get("model") or {}
+        return isinstance(model.get("embedding"), Mapping)
+
+    @property
+    def media(self) -> tuple[str, ...]:
+        """What prompts may carry besides text: ``image`` and / or ``audio``."""
+        model = self.config.get("model") or {}
+        kinds = (("image", "vision"), ("audio", "speech"))
+        return tuple(
+            kind
+            for kind, section in kinds
+            if isinstance(model.get(section), Mapping) and model[section].get("filename")
+        )
+
+    @property
     def dtype(self) -> str | None:
         """Activation dtype from the manifest (fp32, fp16, bf16), when known."""
         options = (self.manifest or {}).get("options") or {}

@@ -69,6 +69,12 @@ class Runner:
         self, package: Package | str | os.PathLike[str], options: RunnerOptions | None = None
     ) -> None:
         self.package = package if isinstance(package, Package) else open_package(package)
+        if self.package.multimodal:
+            raise RuntimeUnavailableError(
+                f"{self.package.path.name} is a multimodal package (embedding, decoder and "
+                f"encoder sessions); run it through onnxruntime-genai with "
+                f"{option('runtime', 'genai')}"
+            )
         options = options or RunnerOptions()
         self.ep = options.ep or self.package.ep
         mode = options.kv_mode

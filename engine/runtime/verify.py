@@ -174,11 +174,11 @@ def verify(
     runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
     run = runner.generate(ids, steps, forced=ref_tokens, keep_logits=True, cancel=cancel)
     checks = tuple(
-        _check(i, ref_tokens[i], ref, ours)
+        check_step(i, ref_tokens[i], ref, ours)
         for i, (ref, ours) in enumerate(zip(ref_logits, run.logits, strict=True))
     )
     tol = tolerance or tolerance_for(pkg)
-    reasons = _failures(checks, tol)
+    reasons = failures(checks, tol)
     progress(1.0, "done")
     return VerifyResult(
         package=str(pkg.path),
@@ -236,7 +236,7 @@ def reference_greedy(
     return tokens, logits
 
 
-def _check(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> StepCheck:
+def check_step(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> StepCheck:
     diff = float(np.max(np.abs(ref - ours)))
     scale = float(np.max(np.abs(ref))) or 1.0
     norm = float(np.linalg.norm(ref) * np.linalg.norm(ours)) or 1.0
@@ -252,7 +252,7 @@ def _check(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> Step
     )
 
 
-def _failures(checks: tuple[StepCheck, ...], tol: Tolerance) -> list[str]:
+def failures(checks: tuple[StepCheck, ...], tol: Tolerance) -> list[str]:
     reasons = []
     worst_rel = max(c.rel_diff for c in checks)
     if tol.max_rel_diff is not None and worst_rel > tol.max_rel_diff:

@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from engine.dtypes import ir_dtype, numpy_dtype
 from engine.errors import WeightsError, option
-from engine.plan import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
+from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
 from engine.progress import CancelToken
 from engine.spec import ModelSpec
 from engine.weights.sources import WeightSource
@@ -104,6 +104,10 @@ class TensorFactory:
             data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
             self._check_values(weight, data, target, _offset(piece, 0))
             return np.ascontiguousarray(data.T.astype(target, copy=False))
+        if not tensor.shape:  # 0-d (a clip bound)
+            data = np.asarray(self.source.read(weight.weight, 0, 0, 1))
+            self._check_values(weight, data, target, (0, 0))
+            return data.astype(target).reshape(())
         out = np.empty(tensor.shape, dtype=target)
         for rows, chunk in self._row_chunks(weight, piece):
             self._check_values(weight, chunk, target, _offset(piece, rows.start or 0))

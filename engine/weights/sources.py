@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -10,8 +11,6 @@ import numpy as np
 
 from engine.errors import WeightsError
 from engine.logical import LogicalWeight
-from engine.models.gemma4_weights import checkpoint_name, ignorable, logical_weights
-from engine.spec import ModelSpec
 from engine.weights.checkpoint import Checkpoint
 
 _MAX_LISTED = 20
@@ -24,16 +23,24 @@ class WeightSource(Protocol):
 
 
 class CheckpointSource:
-    """Logical weights read from a safetensors checkpoint folder."""
+    """Logical weights read from a safetensors checkpoint folder, by their ``source`` key."""
 
-    def __init__(self, spec: ModelSpec, folder: str | Path) -> None:
-        self.spec = spec
+    def __init__(
+        self,
+        folder: str | Path,
+        needed: Iterable[LogicalWeight],
+        ignorable: Callable[[str], bool],
+    ) -> None:
+        """``needed``: every weight the export reads; ``ignorable``: checkpoint keys it may
+        leave unread without complaint (towers not exported, unused tensors)."""
         self.checkpoint = Checkpoint(folder)
+        self.needed = {w.source: w for w in needed if w.source is not None}
+        self.ignorable = ignorable
 
     def validate(self) -> None:
         """Check every needed tensor is present with the right shape and nothing unknown is
         left over; raises one :class:`WeightsError` listing every problem."""
-        needed = {checkpoint_name(self.spec, w.name): w for w in logical_weights(self.spec)}
+        needed = self.needed
         missing = [key for key in needed if key not in self.checkpoint]
         misshaped = [
             f"{key}: expected {list(w.shape)}, found {list(self.checkpoint.entries[key].shape)}"
@@ -41,9 +48,7 @@ class CheckpointSource:
             if key in self.checkpoint and self.checkpoint.entries[key].shape != w.shape
         ]
         unexpected = [
-            key
-            for key in self.checkpoint.entries
-            if key not in needed and not ignorable(self.spec, key)
+            key for key in self.checkpoint.entries if key not in needed and not self.ignorable(key)
         ]
         not_float = [
             f"{key}: {self.checkpoint.entries[key].code}"
@@ -75,11 +80,13 @@ class CheckpointSource:
             )
 
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
-        return self.checkpoint.read(checkpoint_name(self.spec, weight.name), axis, start, stop)
+        if weight.source is None:
+            raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
+        return self.checkpoint.read(weight.source, axis, start, stop)
 
     def tensor_name(self, weight: LogicalWeight) -> str:
         """The weight's name in the checkpoint files (for messages)."""
-        return checkpoint_name(self.spec, weight.name)
+        return weight.source or weight.name
 
 
 class RandomSource:
@@ -98,11 +105,12 @@ class RandomSource:
 
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
         shape = list(weight.shape)
-        shape[axis] = stop - start
+        if shape:
+            shape[axis] = stop - start
         key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}".encode()
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
-        if weight.role == "scalar":
-            return np.ones(shape, dtype=np.float32)
+        if weight.fill is not None:
+            return np.full(shape, weight.fill, dtype=np.float32)
         # Uniform draws with the requested spread: 1.5x faster than normal ones, and
         # drawing dominates an architecture-only export's time.
         out = rng.random(shape, dtype=np.float32)

@@ -25,16 +25,19 @@ def checkpoint_tensors(config: dict[str, Any], seed: int = 0) -> dict[str, np.nd
     spec = spec_from_config(config)
     rng = np.random.default_rng(seed)
     tensors = {}
-    for wp in plan(spec, ExportOptions()).decoder.weights:
-        w = wp.weight
-        if w.computed or wp.shares:
-            continue
-        name = w.name if w.name == "lm_head.weight" else spec.weight_prefix + w.name
-        if w.role in ("norm", "scalar"):
-            tensors[name] = (1.0 + 0.1 * rng.standard_normal(w.shape)).astype(np.float32)
-        else:
-            tensors[name] = (0.05 * rng.standard_normal(w.shape)).astype(np.float32)
+    for session in plan(spec, ExportOptions()).sessions:
+        for wp in session.weights:
+            w = wp.weight
+            if w.source is None or wp.shares:
+                continue
+            tensors[w.source] = _draw(rng, w.shape, w.role)
     return tensors
+
+
+def _draw(rng: np.random.Generator, shape: tuple[int, ...], role: str) -> np.ndarray:
+    if role in ("norm", "scalar"):
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    return (0.05 * rng.standard_normal(shape)).astype(np.float32)
 
 
 def write_checkpoint(folder: Path, config: dict[str, Any] | None = None, seed: int = 0) -> Path:

@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from engine.models.gemma4_weights import checkpoint_name
 from engine.options import ExportOptions
 from engine.pipeline import ExportResult, export
 from engine.plan import WeightPlan
@@ -120,12 +119,15 @@ def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
     )
 
 
-def exported_weights(result: ExportResult) -> Iterator[tuple[WeightPlan, np.ndarray]]:
-    """Every quantized weight a package stores, dequantized back to float32 [rows, cols]
-    (checkpoint layout), read from the written initializers."""
-    model = onnx.load(str(result.output / "model.onnx"))
+def exported_weights(
+    result: ExportResult, session: str = "decoder"
+) -> Iterator[tuple[WeightPlan, np.ndarray]]:
+    """Every quantized weight a package's ``session`` stores, dequantized back to float32
+    [rows, cols] (checkpoint layout), read from the written initializers."""
+    planned = result.plan.session(session)
+    model = onnx.load(str(result.output / planned.filename))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for wp in result.plan.decoder.weights:
+    for wp in planned.weights:
         if not wp.quantized or wp.shares:
             continue
         assert wp.bits is not None and wp.block_size is not None
@@ -166,7 +168,7 @@ def reconstruction_errors(result: ExportResult, model_dir: Path) -> dict[str, tu
     original = checkpoint_tensors(model_dir)
     out = {}
     for wp, restored in exported_weights(result):
-        source = original[checkpoint_name(result.plan.spec, wp.name)].astype(np.float32)
+        source = original[wp.weight.source].astype(np.float32)
         diff = (restored - source).astype(np.float64)
         out[wp.name] = (float((diff * diff).sum()), diff.size)
     return out
@@ -176,15 +178,16 @@ def total_mse(errors: dict[str, tuple[float, int]]) -> float:
     return sum(e for e, _ in errors.values()) / sum(n for _, n in errors.values())
 
 
-def dequantized_model(model: Any, result: ExportResult) -> Any:
-    """A copy of the transformers model running the package's dequantized weights."""
+def dequantized_model(model: Any, result: ExportResult, session: str = "decoder") -> Any:
+    """A copy of the transformers model running the dequantized weights of the package's
+    ``session``."""
     import torch
 
     restored_model = copy.deepcopy(model)
     params = dict(restored_model.named_parameters())
     with torch.no_grad():
-        for wp, restored in exported_weights(result):
-            params[checkpoint_name(result.plan.spec, wp.name)].copy_(torch.from_numpy(restored))
+        for wp, restored in exported_weights(result, session):
+            params[wp.weight.source].copy_(torch.from_numpy(restored))
     return restored_model
 
 

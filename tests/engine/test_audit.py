@@ -13,7 +13,7 @@ import pytest
 from engine.audit import audit_model, audit_package, decide_capture, parse_placements
 from engine.caps import get_caps
 from engine.errors import OptionsError, PackageError
-from engine.models.gemma4 import build_decoder
+from engine.models import build_decoder
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import plan

@@ -277,7 +277,7 @@ def test_engine_written_config_round_trips(tmp_path: Path):
 
     export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="webgpu"))
     path = tmp_path / "genai_config.json"
-    write_json(path, make_genai_config(export_plan, capture=False, share_buffer=True))
+    write_json(path, make_genai_config(export_plan, capture={"decoder": False}, share_buffer=True))
     doc = GenaiDoc.load(path)
     assert doc.problems() == [] and doc.lint() == []
     assert doc.capture("decoder") is False

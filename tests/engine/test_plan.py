@@ -17,6 +17,8 @@ from engine.presets import load_preset
 
 MiB = 1024 * 1024
 V = 262144
+TEXT = ("text",)
+"""The presets carry vision and audio towers; these sizes are the text package's."""
 
 
 def ple_table_bytes(bits: int | None, dim: int = 256, block: int = 32) -> int:
@@ -36,7 +38,7 @@ def test_per_layer_table_sizes_from_the_seed():
 @pytest.mark.parametrize(("preset", "layers"), [("gemma4-e2b", 35), ("gemma4-e4b", 42)])
 @pytest.mark.parametrize("bits", [None, 4, 8])
 def test_webgpu_per_layer_tables_split_exactly(preset: str, layers: int, bits: int | None):
-    p = plan(load_preset(preset), ExportOptions(ep="webgpu", embedding_bits=bits))
+    p = plan(load_preset(preset), ExportOptions(ep="webgpu", embedding_bits=bits, modalities=TEXT))
     table = p.decoder.weight("embed_tokens_per_layer.weight")
     assert table.is_split and len(table.pieces) == layers
     assert {piece.nbytes for piece in table.pieces} == {ple_table_bytes(bits)}
@@ -45,10 +47,10 @@ def test_webgpu_per_layer_tables_split_exactly(preset: str, layers: int, bits: i
 
 
 def test_e2b_fused_table_and_token_embedding_fp16():
-    cpu = plan(load_preset("gemma4-e2b"), ExportOptions(ep="cuda"))
+    cpu = plan(load_preset("gemma4-e2b"), ExportOptions(ep="cuda", modalities=TEXT))
     assert cpu.decoder.weight("embed_tokens_per_layer.weight").nbytes == 4_697_620_480
     assert not cpu.decoder.weight("embed_tokens_per_layer.weight").is_split
-    web = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
+    web = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu", modalities=TEXT))
     embed = web.decoder.weight("embed_tokens.weight")
     assert embed.unsplit_nbytes == 768 * MiB
     assert [p.nbytes for p in embed.pieces] == [256 * MiB] * 3
@@ -83,8 +85,10 @@ def test_int4_webgpu_e2b_decoder_matches_seed_order_of_magnitude():
     """Seed #403: decoder 5.8 GB -> 2.7 GB by quantizing the per-layer tables (INT4
     weights both sides). Our decoder also holds the token embedding."""
     spec = load_preset("gemma4-e2b")
-    fp16_tables = plan(spec, ExportOptions(ep="webgpu", weight_bits=4))
-    int4_tables = plan(spec, ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4))
+    fp16_tables = plan(spec, ExportOptions(ep="webgpu", weight_bits=4, modalities=TEXT))
+    int4_tables = plan(
+        spec, ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4, modalities=TEXT)
+    )
     saved = fp16_tables.nbytes - int4_tables.nbytes
     assert saved > 3.4e9
     assert 2.5e9 < int4_tables.nbytes < 3.0e9

@@ -10,7 +10,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
-from engine.models.gemma4 import build_decoder
+from engine.models import build_decoder
 from engine.options import ExportOptions
 from engine.plan import plan
 from engine.presets import load_preset

@@ -154,7 +154,19 @@ def test_presets_match_published_architectures():
     assert [layer.attention for layer in e2b.layers[:5]] == ["sliding"] * 4 + ["full"]
     assert {layer.intermediate_size for layer in e2b.layers[15:]} == {12288}
     assert {layer.head_dim for layer in e4b.layers if layer.attention == "full"} == {512}
-    assert preset_config("gemma4-e2b")["vocab_size"] == 262144
+    assert preset_config("gemma4-e2b")["text_config"]["vocab_size"] == 262144
+    # The released E2B / E4B checkpoints see and hear: both presets carry both towers.
+    for spec in (e2b, e4b):
+        assert spec.towers == ("vision", "audio")
+        assert spec.vision is not None and spec.audio is not None
+        assert (spec.vision.hidden_size, spec.vision.num_layers, spec.vision.head_dim) == (
+            768,
+            16,
+            64,
+        )
+        assert (spec.audio.hidden_size, spec.audio.num_layers) == (1024, 12)
+        assert spec.audio.output_proj_dims == 1536
+        assert spec.eos_token_ids == (1, 106)  # an -it model also stops at <turn|>
 
 
 def test_unknown_preset_lists_the_known_ones():

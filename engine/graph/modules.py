@@ -1,0 +1,184 @@
+"""Modules: a model written once as a tree whose attribute paths are its weights' names.
+
+A model family describes each session as a tree of :class:`Module` objects, the way the
+checkpoint nests them (``layers.0.self_attn.q_proj``). The same tree serves two stages:
+the planner walks it for every weight's name, shape and role without building a graph
+(:func:`logical_weights`), and the builder calls the modules, which look their weights up
+in the plan by those names. A name is written once, as an attribute.
+
+Checkpoint keys follow the same paths under a prefix that a subtree can change
+(:meth:`Module.at`): the text decoder reads ``model.language_model.*`` while its LM head
+reads ``lm_head.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import onnx_ir as ir
+
+from engine.graph.components import embedding, gelu, linear, rms_norm
+from engine.graph.context import BuildContext
+from engine.logical import LogicalWeight, Role
+
+
+@dataclass(frozen=True)
+class Param:
+    """A weight declared by a module; its name comes from the attribute that holds it."""
+
+    shape: tuple[int, ...]
+    role: Role
+    scale: float | None = None
+    computed: bool = False
+    fill: float | None = None
+    """What a random-weights package holds instead of random draws (see LogicalWeight)."""
+    name: str = ""
+    """Full name inside the session, set when the tree is bound."""
+    source: str | None = None
+    """Checkpoint key, set when the tree is bound (None for computed tensors)."""
+
+    @property
+    def logical(self) -> LogicalWeight:
+        return LogicalWeight(
+            self.name,
+            self.shape,
+            self.role,
+            computed=self.computed,
+            scale=self.scale,
+            source=None if self.computed else self.source,
+            fill=self.fill,
+        )
+
+
+class Module:
+    """A node of a session's weight tree.
+
+    Subclasses assign :class:`Param`, :class:`Module` and lists of modules as attributes
+    in ``__init__``; :meth:`bind` names them after their attribute paths.
+    """
+
+    _source_prefix: str | None = None
+    """Checkpoint prefix this subtree reads from, replacing its parent's (see :meth:`at`)."""
+    _inline: bool = False
+    """Name this module's attributes at its parent's level (no segment of its own): for a
+    group of tensors the checkpoint keeps loose beside their siblings."""
+
+    def at(self, source_prefix: str) -> Module:
+        """Read this subtree's weights from ``source_prefix`` + their path below it."""
+        self._source_prefix = source_prefix
+        return self
+
+    def bind(self, name: str = "", source: str = "") -> Module:
+        """Give every parameter below this module its full name and checkpoint key."""
+        if self._source_prefix is not None:
+            source = self._source_prefix
+        for attr, child in list(vars(self).items()):
+            if attr.startswith("_"):
+                continue
+            if isinstance(child, Param):
+                setattr(self, attr, replace(child, name=name + attr, source=source + attr))
+            elif isinstance(child, Module) and child._inline:
+                child.bind(name, source)
+            elif isinstance(child, Module):
+                child.bind(f"{name}{attr}.", f"{source}{attr}.")
+            elif isinstance(child, list) and child and isinstance(child[0], Module):
+                for i, item in enumerate(child):
+                    item.bind(f"{name}{attr}.{i}.", f"{source}{attr}.{i}.")
+        return self
+
+    def params(self) -> Iterator[Param]:
+        """Every parameter below this module, in declaration order."""
+        for attr, child in vars(self).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(child, Param):
+                yield child
+            elif isinstance(child, Module):
+                yield from child.params()
+            elif isinstance(child, list):
+                for item in child:
+                    if isinstance(item, Module):
+                        yield from item.params()
+
+
+def logical_weights(root: Module) -> list[LogicalWeight]:
+    """The planner's view of a bound tree: every weight, in declaration order."""
+    return [p.logical for p in root.params()]
+
+
+# ------------------------------------------------------------------------------ leaves
+
+
+class Linear(Module):
+    """``x @ W.T`` (+ bias) for a checkpoint weight W [out, in]."""
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = False) -> None:
+        self.weight = Param((out_features, in_features), "linear")
+        self.bias = Param((out_features,), "bias") if bias else None
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        out = linear(ctx, x, self.weight.name)
+        if self.bias is not None:
+            out = ctx.op.Add(out, ctx.param(self.bias.name))
+        return out
+
+
+class ClippableLinear(Module):
+    """A bias-free linear between optional clamps of its input and output (the clip
+    bounds are 0-d checkpoint tensors, ``-inf`` / ``inf`` when a model never set them)."""
+
+    def __init__(self, in_features: int, out_features: int, *, clipped: bool) -> None:
+        if clipped:
+            self.input_min = Param((), "clip", fill=float("-inf"))
+            self.input_max = Param((), "clip", fill=float("inf"))
+            self.output_min = Param((), "clip", fill=float("-inf"))
+            self.output_max = Param((), "clip", fill=float("inf"))
+        self._clipped = clipped
+        self.linear = Linear(in_features, out_features)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        if not self._clipped:
+            return self.linear(ctx, x)
+        x = ctx.op.Clip(x, ctx.param(self.input_min.name), ctx.param(self.input_max.name))
+        out = self.linear(ctx, x)
+        return ctx.op.Clip(out, ctx.param(self.output_min.name), ctx.param(self.output_max.name))
+
+
+class Embedding(Module):
+    """A [rows, width] table looked up by id, its rows multiplied by ``scale``."""
+
+    def __init__(
+        self, rows: int, width: int, *, role: Role = "embedding", scale: float | None = None
+    ) -> None:
+        self.weight = Param((rows, width), role, scale=scale)
+
+    def __call__(self, ctx: BuildContext, ids: ir.Value) -> ir.Value:
+        return embedding(ctx, ids, self.weight.name)
+
+
+class RMSNorm(Module):
+    """RMSNorm over the last axis; ``scale=False`` is Gemma 4's parameterless norm."""
+
+    def __init__(self, width: int, *, scale: bool = True, eps: float | None = None) -> None:
+        self.width = width
+        self.eps = eps
+        self.weight = Param((width,), "norm") if scale else None
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        name = self.weight.name if self.weight is not None else None
+        return rms_norm(ctx, x, name, self.width, eps=self.eps)
+
+
+class GatedMLP(Module):
+    """``down(act(gate(x)) * up(x))``, Gemma's MLP."""
+
+    def __init__(self, hidden: int, intermediate: int, activation: str) -> None:
+        self.activation = activation
+        self.gate_proj = Linear(hidden, intermediate)
+        self.up_proj = Linear(hidden, intermediate)
+        self.down_proj = Linear(intermediate, hidden)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        gate = gelu(ctx, self.gate_proj(ctx, x), self.activation)
+        return self.down_proj(ctx, ctx.op.Mul(gate, self.up_proj(ctx, x)))

@@ -1,0 +1,60 @@
+"""The record a model family fills in: how to read its config, and its sessions.
+
+A family is chosen by the checkpoint's ``model_type``. Each session is a bound weight tree
+(:mod:`engine.graph.modules`) whose ``build`` method lays out the session's graph; the
+planner walks the same tree for sizes, so a weight's name is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.graph.context import BuildContext
+from engine.graph.modules import Module, logical_weights
+from engine.logical import LogicalWeight
+from engine.options import ExportOptions
+from engine.spec import ModelSpec
+
+
+class SessionRoot(Protocol):
+    """A session's bound weight tree that can lay out its graph."""
+
+    def build(self, ctx: BuildContext) -> None: ...
+
+
+@dataclass(frozen=True)
+class Session:
+    """One ONNX file of a package, as the family defines it."""
+
+    name: str
+    """The genai_config section: ``decoder``, ``embedding``, ``vision`` or ``speech``."""
+    filename: str
+    root: Module
+    ties: Mapping[str, str] = field(default_factory=dict)
+    """Weight name -> the weight whose bytes it reuses (a tied LM head)."""
+    never_captured: str | None = None
+    """Why graph capture can never replay this session (its input shapes change between
+    runs); None for a session that runs with fixed shapes (the decoder)."""
+
+    def weights(self) -> list[LogicalWeight]:
+        return logical_weights(self.root)
+
+    def build(self, ctx: BuildContext) -> None:
+        builder: SessionRoot = self.root  # type: ignore[assignment]
+        builder.build(ctx)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything the engine needs to know about one model family."""
+
+    name: str
+    model_types: tuple[str, ...]
+    read_spec: Callable[[Mapping[str, Any], str, str], ModelSpec]
+    """(config dict, model name, origin for messages) -> spec."""
+    sessions: Callable[[ModelSpec, ExportOptions, int], tuple[Session, ...]]
+    """(spec, resolved options, context length) -> the package's sessions."""
+    ignorable: Callable[[ModelSpec, ExportOptions, str], bool]
+    """Checkpoint keys an export may leave unread (towers not exported, unused tensors)."""
