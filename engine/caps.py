@@ -70,6 +70,11 @@ class EpCapabilities:
     under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
+    gbq_odd_4bit_blocks: bool = True
+    """GatherBlockQuantized reads 4-bit rows with an odd number of blocks (whose packed
+    zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
+    ("scales and zero_points must have the same shape"); its 8-bit rows and even block
+    counts are exact."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -130,6 +135,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             explicit_attention_over_cache=True,
             # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
             host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
+            gbq_odd_4bit_blocks=False,
         ),
         EpCapabilities(
             name="dml",

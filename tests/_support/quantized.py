@@ -122,8 +122,9 @@ def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
 def exported_weights(
     result: ExportResult, session: str = "decoder"
 ) -> Iterator[tuple[WeightPlan, np.ndarray]]:
-    """Every quantized weight a package's ``session`` stores, dequantized back to float32
-    [rows, cols] (checkpoint layout), read from the written initializers."""
+    """Every quantized weight a package's ``session`` stores, dequantized back to float32 in
+    its checkpoint layout ([rows, cols], or [E, N, K] experts), read from the written
+    initializers."""
     planned = result.plan.session(session)
     model = onnx.load(str(result.output / planned.filename))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -132,7 +133,8 @@ def exported_weights(
             continue
         assert wp.bits is not None and wp.block_size is not None
         assert len(wp.pieces) == 1, f"{wp.name}: the CPU plan does not split"
-        rows, cols = wp.weight.shape
+        *lead, cols = wp.weight.shape
+        rows = int(np.prod(lead))
         blocks = cols // wp.block_size
         parts = {t.part: arrays[t.name] for t in wp.pieces[0].tensors}
         zero_points = parts.get("zero_points")
@@ -140,9 +142,12 @@ def exported_weights(
             fill = 0x88 if wp.bits == 4 else 128
             zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
         packed = QuantizedBlocks(
-            parts["qweight"].reshape(rows, -1), parts["scales"].reshape(rows, blocks), zero_points
+            parts["qweight"].reshape(rows, -1),
+            parts["scales"].reshape(rows, blocks),
+            zero_points.reshape(rows, -1),
         )
-        yield wp, dequantize(packed, bits=wp.bits, block_size=wp.block_size)
+        restored = dequantize(packed, bits=wp.bits, block_size=wp.block_size)
+        yield wp, restored.reshape(wp.weight.shape)
 
 
 def stored_bytes(result: ExportResult) -> dict[str, int]:
