@@ -63,9 +63,21 @@ flips, in transformers as in an export)."""
 
 def make_moe_checkpoint(path: Path, name: str, seed: int = 0) -> Any:
     """Save the named tiny checkpoint to ``path``; returns the transformers model."""
+    return _decisive_router(make_checkpoint(path, seed=seed, **MOE_CONFIGS[name]), path, seed)
+
+
+def make_moe_mm_checkpoint(path: Path, name: str = "moe_top2", seed: int = 0) -> Any:
+    """A multimodal checkpoint shaped like 26B-A4B's (``gemma4`` with a vision tower and no
+    audio tower) around the named text config; returns the transformers model."""
+    from tests._support.tiny_gemma_mm import make_mm_checkpoint
+
+    model = make_mm_checkpoint(path, seed, vision=True, audio=False, text=MOE_CONFIGS[name])
+    return _decisive_router(model, path, seed)
+
+
+def _decisive_router(model: Any, path: Path, seed: int) -> Any:
     import torch
 
-    model = make_checkpoint(path, seed=seed, **MOE_CONFIGS[name])
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for key, param in model.named_parameters():
@@ -74,7 +86,7 @@ def make_moe_checkpoint(path: Path, name: str, seed: int = 0) -> Any:
             elif key.endswith(("router.scale", "router.per_expert_scale")):
                 param.copy_(1.0 + 0.3 * torch.randn(param.shape, generator=generator))
     model.save_pretrained(path)
-    if model.config.enable_moe_block:
+    if model.config.get_text_config().enable_moe_block:
         # transformers' own definition of the experts (Gemma4TextExperts.forward); its
         # default "grouped_mm" refuses odd expert widths on the CPU ("strides should be
         # multiple of 16 bytes").

@@ -169,3 +169,23 @@ def test_routing_spreads_tokens_over_experts(moe_models: TinyMoeModels):
         top_k = model.config.top_k_experts
         assert len(chosen) == len(layers)
         assert all(len(experts) > top_k for experts in chosen), (name, chosen)
+
+
+def test_text_only_export_of_a_multimodal_moe_checkpoint(tmp_path: Path):
+    """26B-A4B and 31B ship as ``gemma4`` checkpoints with a vision tower: their text
+    decoder exports alone (``--modalities text``) and matches transformers' forward of the
+    whole model on text."""
+    from tests._support.tiny_moe import make_moe_mm_checkpoint
+
+    model = make_moe_mm_checkpoint(tmp_path / "ckpt")
+    out = tmp_path / "pkg"
+    options = ExportOptions(ep="cpu", dtype="fp32", modalities=("text",))
+    result = export(out, model_dir=tmp_path / "ckpt", options=options)
+    assert [s.name for s in result.plan.sessions] == ["decoder"]
+    assert result.plan.spec.vision is not None and result.plan.spec.layers[0].moe is not None
+
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)
+    assert max(_max_diffs(ref_logits, logits)) <= TOLERANCE
+    assert tokens == ref_tokens
+    assert list(GenaiRunner(out).generate(PROMPT, DECODE_STEPS + 1).tokens[:-1]) == ref_tokens
