@@ -70,6 +70,12 @@ class EpCapabilities:
     under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
+    data_dependent_shapes: bool = False
+    """Ops whose output shape depends on the data (``Unique``) run on the device and the
+    package needs no static graph. Mixture-of-experts layers then gather each expert the
+    router picked once for all tokens (at most ``min(tokens * top_k, experts)`` experts)
+    instead of once per token and pick (``tokens * top_k`` copies, which grows with the
+    prompt). Measured on the CPU EP only."""
     gbq_odd_4bit_blocks: bool = True
     """GatherBlockQuantized reads 4-bit rows with an odd number of blocks (whose packed
     zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
@@ -102,6 +108,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             float_dtypes=("fp32", "fp16"),
             gqa_dtypes=frozenset({"fp32", "fp16"}),
             int4_accuracy_level=4,
+            data_dependent_shapes=True,
         ),
         EpCapabilities(
             name="cuda",

@@ -88,6 +88,24 @@ def test_runner_and_genai_match_transformers(moe_models: TinyMoeModels, tmp_path
     assert genai.tokens == run.tokens
 
 
+@pytest.mark.parametrize(("ep", "unique"), [("cpu", True), ("webgpu", False), ("cuda", False)])
+def test_moe_lowering_follows_the_ep_flags(ep: str, unique: bool):
+    """Per expert (Unique: dynamic shapes) where the EP has ``data_dependent_shapes``,
+    per token (static shapes, capture-safe) elsewhere."""
+    from engine.hf_config import spec_from_config
+    from engine.models import build_decoder
+    from engine.plan import plan
+    from tests._support.tiny_gemma import BASE_CONFIG
+
+    config = {**BASE_CONFIG, **MOE_CONFIGS["moe_quant"], "model_type": "gemma4_text"}
+    options = ExportOptions(ep=ep, weight_bits=4, block_size=16)
+    graph = build_decoder(plan(spec_from_config(config), options)).graph
+    ops = [node.op_type for node in graph]
+    assert ("Unique" in ops) == unique and ("Shape" in ops) == unique
+    assert ops.count("GatherBlockQuantized") == 2 * len(config["layer_types"])
+    assert options.resolve().caps.data_dependent_shapes == unique
+
+
 def test_runs_outlast_every_sliding_window(moe_models: TinyMoeModels):
     for name in MOE_CONFIGS:
         _, model = moe_models.get(name)

@@ -221,12 +221,17 @@ def test_written_moe_package_matches_the_plan_exactly(moe_quant, tmp_path: Path,
     assert sum(stored[name][1] for name in planned) == result.plan.nbytes
 
 
-@pytest.mark.parametrize("quantized", [False, True], ids=["fp32", "int8"])
-def test_split_experts_give_the_same_logits(moe_quant, tmp_path: Path, quantized: bool):
+@pytest.mark.parametrize(
+    ("ep", "quantized"),
+    [("webgpu", False), ("webgpu", True), ("cpu", True)],
+    ids=["webgpu-fp32", "webgpu-int8", "cpu-int8"],
+)
+def test_split_experts_give_the_same_logits(moe_quant, tmp_path: Path, ep: str, quantized: bool):
+    """Both lowerings (per token on WebGPU, per expert on the CPU) over split experts."""
     model_dir, _ = moe_quant
-    common: dict[str, Any] = dict(ep="webgpu", dtype="fp32")
+    common: dict[str, Any] = dict(ep=ep, dtype="fp32")
     if quantized:
-        common.update(weight_bits=8, block_size=16)
+        common.update(weight_bits=8, block_size=16, accuracy_level=0)
     whole = export(tmp_path / "whole", model_dir=model_dir, options=ExportOptions(**common))
     pieces = export(
         tmp_path / "split",
@@ -236,7 +241,8 @@ def test_split_experts_give_the_same_logits(moe_quant, tmp_path: Path, quantized
     name = "layers.0.experts.gate_up_proj"
     assert not whole.plan.decoder.weight(name).is_split
     assert len(pieces.plan.decoder.weight(name).pieces) > 1
-    tokens_a, logits_a = ort_greedy(whole.output, [5, 17, 42, 99, 7, 250, 31, 64], 12)
-    tokens_b, logits_b = ort_greedy(pieces.output, [5, 17, 42, 99, 7, 250, 31, 64], 12)
+    prompt = [5, 17, 42, 99, 7, 250, 31, 64]
+    tokens_a, logits_a = ort_greedy(whole.output, prompt, 12)
+    tokens_b, logits_b = ort_greedy(pieces.output, prompt, 12)
     assert tokens_a == tokens_b
     assert max(float(np.abs(a - b).max()) for a, b in zip(logits_a, logits_b, strict=True)) <= 1e-5
