@@ -36,6 +36,19 @@ def moe_models(tmp_path_factory: pytest.TempPathFactory) -> TinyMoeModels:
     return TinyMoeModels(tmp_path_factory.mktemp("tiny_moe"))
 
 
+@pytest.fixture(scope="module")
+def hf_reference(moe_models: TinyMoeModels) -> Callable[[str], tuple[list[int], list[Any]]]:
+    """transformers' greedy tokens and per-step logits of each tiny model, computed once."""
+    runs: dict[str, tuple[list[int], list[Any]]] = {}
+
+    def get(config: str) -> tuple[list[int], list[Any]]:
+        if config not in runs:
+            runs[config] = hf_greedy(moe_models.get(config)[1], PROMPT, DECODE_STEPS)
+        return runs[config]
+
+    return get
+
+
 def _max_diffs(ref: list[np.ndarray], ours: list[np.ndarray]) -> list[float]:
     return [float(np.abs(a - b).max()) for a, b in zip(ref, ours, strict=True)]
 
@@ -52,13 +65,13 @@ def _max_diffs(ref: list[np.ndarray], ours: list[np.ndarray]) -> list[float]:
 )
 @pytest.mark.parametrize("config", sorted(MOE_CONFIGS))
 def test_fp32_package_matches_transformers_every_step(
-    moe_models: TinyMoeModels, tmp_path: Path, config: str, options: dict[str, Any]
+    moe_models: TinyMoeModels, hf_reference, tmp_path: Path, config: str, options: dict[str, Any]
 ):
-    model_dir, model = moe_models.get(config)
+    model_dir, _ = moe_models.get(config)
     out = tmp_path / "pkg"
     export(out, model_dir=model_dir, options=ExportOptions(**options))
 
-    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    ref_tokens, ref_logits = hf_reference(config)
     tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)
 
     assert len(logits) == DECODE_STEPS + 1
@@ -69,9 +82,11 @@ def test_fp32_package_matches_transformers_every_step(
 
 
 @pytest.mark.parametrize("config", sorted(MOE_CONFIGS))
-def test_runner_and_genai_match_transformers(moe_models: TinyMoeModels, tmp_path: Path, config):
+def test_runner_and_genai_match_transformers(
+    moe_models: TinyMoeModels, hf_reference, tmp_path: Path, config: str
+):
     """The engine's runner (shared KV buffer, as genai runs it) and onnxruntime-genai 0.18."""
-    model_dir, model = moe_models.get(config)
+    model_dir, _ = moe_models.get(config)
     out = tmp_path / "pkg"
     export(out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32"))
     new_tokens = DECODE_STEPS + 1  # the prefill's token, then 20 decode steps
@@ -79,7 +94,7 @@ def test_runner_and_genai_match_transformers(moe_models: TinyMoeModels, tmp_path
     run = Runner(out, RunnerOptions(kv_mode="shared")).generate(
         PROMPT, new_tokens, keep_logits=True
     )
-    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    ref_tokens, ref_logits = hf_reference(config)
     diffs = [float(np.abs(r[-1] - o).max()) for r, o in zip(ref_logits, run.logits, strict=True)]
     assert max(diffs) <= TOLERANCE, diffs
     assert list(run.tokens[:-1]) == ref_tokens

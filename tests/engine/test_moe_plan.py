@@ -23,6 +23,7 @@ from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import ExportPlan, plan
 from engine.presets import load_preset, preset_config
+from engine.spec import MoeSpec
 from tests._support.cli import cli
 from tests._support.ort_loop import ort_greedy
 from tests._support.tiny_moe import TinyMoeModels
@@ -62,6 +63,28 @@ def test_preset_tensors_are_transformers_tensors(preset: str, transformers_shape
         if w.weight.source is not None and not w.shares
     }
     assert ours == transformers_shapes[preset]
+
+
+def test_moe_fields_are_read_and_checked():
+    from engine.errors import SpecError
+    from engine.hf_config import spec_from_config
+
+    spec = load_preset("gemma4-26b-a4b")
+    assert {layer.moe for layer in spec.layers} == {MoeSpec(128, 8, 704)}
+    assert {layer.intermediate_size for layer in spec.layers} == {2112}
+    full = [layer for layer in spec.layers if layer.attention == "full"]
+    assert {(layer.head_dim, layer.num_kv_heads, layer.k_eq_v) for layer in full} == {
+        (512, 2, True)
+    }
+    assert all(layer.moe is None for layer in load_preset("gemma4-31b").layers)
+    config = preset_config("gemma4-26b-a4b")
+    for change, message in (
+        ({"top_k_experts": 129}, "top_k_experts \\(129\\) exceeds num_experts \\(128\\)"),
+        ({"moe_intermediate_size": None}, "needs a positive 'moe_intermediate_size'"),
+        ({"num_experts": 0}, "needs a positive 'num_experts', got 0"),
+    ):
+        with pytest.raises(SpecError, match=message):
+            spec_from_config({**config, **change})
 
 
 def _dtype_bytes(dtype: str) -> int:
