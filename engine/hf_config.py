@@ -356,6 +356,7 @@ def spec_from_config(
         pad_token_id=pad,
         weight_prefix=prefix,
         source_dtype=str(dtype),
+        bidirectional_images=text.data.get("use_bidirectional_attention") == "vision",
         vision=vision_spec(config, origin) if model_type == "gemma4" else None,
         audio=audio_spec(config, origin) if model_type == "gemma4" else None,
         tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,

@@ -188,6 +188,9 @@ class ModelSpec:
     """Prefix of the text decoder's tensors in the checkpoint (``model.`` or
     ``model.language_model.``)."""
     source_dtype: str = "float32"
+    bidirectional_images: bool = False
+    """Image tokens attend to each other both ways on sliding layers
+    (``use_bidirectional_attention: "vision"``, the 26B-A4B and 31B checkpoints)."""
     vision: VisionSpec | None = None
     audio: AudioSpec | None = None
     tokens: MultimodalTokens | None = None
