@@ -70,11 +70,17 @@ class EpCapabilities:
     under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
-    gbq_4bit_odd_blocks: bool = True
-    """GatherBlockQuantized takes a 4-bit table whose rows hold an odd number of blocks (its
-    packed zero points then end in half a byte). onnxruntime-webgpu 1.27 refuses it at run
-    time ("scales and zero_points must have the same shape"; measured on lavapipe with
-    one-op models: 1, 3 and 5 blocks fail, 2 and 6 run)."""
+    data_dependent_shapes: bool = False
+    """Ops whose output shape depends on the data (``Unique``) run on the device and the
+    package needs no static graph. Mixture-of-experts layers then gather each expert the
+    router picked once for all tokens (at most ``min(tokens * top_k, experts)`` experts)
+    instead of once per token and pick (``tokens * top_k`` copies, which grows with the
+    prompt). Measured on the CPU EP only."""
+    gbq_odd_4bit_blocks: bool = True
+    """GatherBlockQuantized reads 4-bit rows with an odd number of blocks (whose packed
+    zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
+    ("scales and zero_points must have the same shape"); its 8-bit rows and even block
+    counts are exact."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -102,6 +108,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             float_dtypes=("fp32", "fp16"),
             gqa_dtypes=frozenset({"fp32", "fp16"}),
             int4_accuracy_level=4,
+            data_dependent_shapes=True,
         ),
         EpCapabilities(
             name="cuda",
@@ -135,7 +142,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             explicit_attention_over_cache=True,
             # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
             host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
-            gbq_4bit_odd_blocks=False,
+            gbq_odd_4bit_blocks=False,
         ),
         EpCapabilities(
             name="dml",

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.errors import SpecError, option
 from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
-from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, MoeSpec, RopeSpec
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
@@ -235,6 +235,31 @@ def _kv_sources(kinds: list[AttentionKind], num_shared: int, origin: str) -> lis
     return sources
 
 
+def _moe_spec(text: _Fields) -> MoeSpec | None:
+    """The experts of ``enable_moe_block`` configs (every layer of such a model has them)."""
+    if not text.optional("enable_moe_block", False, bool):
+        return None
+    fields = {}
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        value = text.optional(key, None)
+        if value is None or value < 1:
+            raise SpecError(
+                f"{text.origin}: a Mixture-of-Experts config (enable_moe_block) needs a positive "
+                f"'{key}', got {value!r}"
+            )
+        fields[key] = value
+    if fields["top_k_experts"] > fields["num_experts"]:
+        raise SpecError(
+            f"{text.origin}: top_k_experts ({fields['top_k_experts']}) exceeds "
+            f"num_experts ({fields['num_experts']})"
+        )
+    return MoeSpec(
+        num_experts=fields["num_experts"],
+        top_k=fields["top_k_experts"],
+        intermediate_size=fields["moe_intermediate_size"],
+    )
+
+
 def _token_ids(vocab: int, *sources: _Fields) -> tuple[int | None, tuple[int, ...], int | None]:
     def first(key: str) -> tuple[Any, _Fields]:
         for src in sources:
@@ -287,11 +312,6 @@ def spec_from_config(
     if text_type != "gemma4_text":
         raise SpecError(f"{text.origin}: text model type '{text_type}' is not supported")
 
-    if text.optional("enable_moe_block", False, bool):
-        raise SpecError(
-            f"{text.origin}: Mixture-of-Experts Gemma 4 (enable_moe_block) is not supported yet; "
-            "use a dense checkpoint such as E2B, E4B or 31B"
-        )
     if text.optional("attention_bias", False, bool):
         raise SpecError(f"{text.origin}: attention_bias=true is not supported")
     if text.data.get("use_bidirectional_attention") == "all":
@@ -323,6 +343,7 @@ def spec_from_config(
     num_shared = text.optional("num_kv_shared_layers", 0)
     sources = _kv_sources(kinds, num_shared, text.origin)
     double_wide = text.optional("use_double_wide_mlp", False, bool)
+    moe = _moe_spec(text)
 
     layers = []
     for index, kind in enumerate(kinds):
@@ -344,6 +365,7 @@ def spec_from_config(
                 intermediate_size=intermediate * (2 if double_wide and shared else 1),
                 kv_source=sources[index],
                 k_eq_v=k_eq_v and kind == "full",
+                moe=moe,
             )
         )
     for layer in layers:
@@ -403,6 +425,7 @@ def spec_from_config(
         pad_token_id=pad,
         weight_prefix=prefix,
         source_dtype=str(dtype),
+        bidirectional_images=text.data.get("use_bidirectional_attention") == "vision",
         vision=vision_spec(config, origin) if model_type == "gemma4" else None,
         audio=audio_spec(config, origin) if model_type == "gemma4" else None,
         tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,

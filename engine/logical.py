@@ -11,10 +11,13 @@ from typing import Literal
 
 Role = Literal[
     "linear",
+    "router",
+    "experts",
     "embedding",
     "ple_table",
     "lm_head",
     "norm",
+    "scale",
     "scalar",
     "rope_cache",
     "bias",

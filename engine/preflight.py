@@ -3,10 +3,9 @@
 An export is refused, with the numbers, when its destination must not or cannot be written
 (:func:`engine.package.check_destination`), when the plan needs more disk space than the
 destination has or more memory at once than the machine has, when a ``keep_float``
-pattern names no weight, when the EP's kernels are known to reject a tensor's layout, and
-when a tensor is larger than a buffer limit the user chose (unless they force it). What is
-merely worth knowing (a clamped length, a package over the EP's default buffer limit,
-leftovers of killed exports removed) comes back as notes.
+pattern names no weight, and when a tensor is larger than a buffer limit the user chose
+(unless they force it). What is merely worth knowing (a clamped length, a package over the
+EP's default buffer limit, leftovers of killed exports removed) comes back as notes.
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ def preflight(
     """
     out = check_destination(output, overwrite, protect=[model_dir])
     check_keep_float(export_plan)
-    check_ep_kernels(export_plan)
     check_buffer_limit(export_plan)
     check_resources(export_plan, out)
     notes = plan_notes(export_plan)
@@ -116,30 +114,6 @@ def check_buffer_limit(export_plan: ExportPlan) -> None:
         f"not load the package. Raise the limit, quantize ({option('weight_bits', 4)}, "
         f"{option('embedding_bits', 4)}), or pass {option('force')} to write it anyway"
     )
-
-
-def check_ep_kernels(export_plan: ExportPlan) -> None:
-    """Refuse tensors the EP's kernels are known to reject at run time."""
-    caps = export_plan.caps
-    if caps.gbq_4bit_odd_blocks:
-        return
-    for session in export_plan.sessions:
-        for wp in session.weights:
-            if wp.storage != "gbq" or wp.bits != 4 or wp.shares or wp.block_size is None:
-                continue
-            for piece in wp.pieces:
-                cols = piece.stop - piece.start if piece.axis == 1 else wp.weight.shape[1]
-                blocks = -(-cols // wp.block_size)
-                if blocks % 2 == 0:
-                    continue
-                fitting = [b for b in (16, 32, 64, 128, 256) if (-(-cols // b)) % 2 == 0]
-                other = f"{option('embedding_block_size', fitting[-1])}, " if fitting else ""
-                raise OptionsError(
-                    f"{wp.name}: rows of {cols} values make {blocks} block(s) of "
-                    f"{wp.block_size}, an odd count, which {caps.display_name}'s 4-bit "
-                    f"GatherBlockQuantized refuses when the package runs. Use {other}"
-                    f"{option('embedding_bits', 8)}, or {option('keep_float', wp.name)}"
-                )
 
 
 def check_keep_float(export_plan: ExportPlan) -> None:

@@ -23,14 +23,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.plan_report import render_plan
     from engine.preflight import (
         check_buffer_limit,
-        check_ep_kernels,
         check_keep_float,
         plan_notes,
     )
 
     result = plan(load_model_spec(args.model, args.preset), options_from_args(args))
     check_keep_float(result)
-    check_ep_kernels(result)
     notes = [render_message(note) for note in plan_notes(result)]
     try:
         check_buffer_limit(result)

@@ -184,8 +184,13 @@ class TensorFactory:
         from engine.quantize import quantize
 
         assert weight.bits is not None and weight.block_size is not None
-        rows = piece.stop - piece.start if piece.axis == 0 else weight.weight.shape[0]
-        cols = weight.weight.shape[1] if piece.axis == 0 else piece.stop - piece.start
+        shape = list(weight.weight.shape)
+        shape[piece.axis] = piece.stop - piece.start
+        # Blocks run along the last axis; leading axes (the experts of a [E, N, K] tensor)
+        # are rows like the others, so a 3-D piece is quantized as [E * N, K].
+        cols = shape[-1]
+        rows = math.prod(shape[:-1])
+        per_first = math.prod(shape[1:-1])
         shapes = quantized_shapes(rows, cols, weight.bits, weight.block_size, weight.storage)
         scale_dtype = numpy_dtype(weight.dtype)
         parts = {
@@ -194,9 +199,14 @@ class TensorFactory:
             "scales": np.empty(shapes["scales"], scale_dtype),
             "zero_points": np.empty(shapes["zero_points"], np.uint8),
         }
-        for index, chunk in self._row_chunks(weight, piece):
+        for first, chunk in self._row_chunks(weight, piece):
+            index = (
+                first
+                if first.start is None
+                else slice(first.start * per_first, first.stop * per_first)
+            )
             blocks = quantize(
-                chunk,
+                chunk.reshape(-1, cols),
                 bits=weight.bits,
                 block_size=weight.block_size,
                 symmetric=weight.symmetric,

@@ -115,7 +115,7 @@ class RandomSource:
         # drawing dominates an architecture-only export's time.
         out = rng.random(shape, dtype=np.float32)
         out -= 0.5
-        if weight.role == "norm":
+        if weight.role in ("norm", "scale"):
             out *= 0.2 * 3**0.5
             out += 1.0
         else:

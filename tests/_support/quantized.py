@@ -122,8 +122,9 @@ def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
 def exported_weights(
     result: ExportResult, session: str = "decoder"
 ) -> Iterator[tuple[WeightPlan, np.ndarray]]:
-    """Every quantized weight a package's ``session`` stores, dequantized back to float32
-    [rows, cols] (checkpoint layout), read from the written initializers."""
+    """Every quantized weight a package's ``session`` stores, dequantized back to float32 in
+    its checkpoint layout ([rows, cols], or [E, N, K] experts), read from the written
+    initializers."""
     planned = result.plan.session(session)
     model = onnx.load(str(result.output / planned.filename))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -135,7 +136,8 @@ def exported_weights(
         for piece in wp.pieces:  # split tables: each piece is quantized on its own
             shape = list(wp.weight.shape)
             shape[piece.axis] = piece.stop - piece.start
-            rows, cols = shape
+            *lead, cols = shape  # [E, N, K] experts: rows are E * N
+            rows = int(np.prod(lead))
             blocks = -(-cols // wp.block_size)  # MatMulNBits pads K to whole blocks
             parts = {t.part: arrays[t.name] for t in piece.tensors}
             zero_points = parts.get("zero_points")
@@ -145,9 +147,10 @@ def exported_weights(
             packed = QuantizedBlocks(
                 parts["qweight"].reshape(rows, -1),
                 parts["scales"].reshape(rows, blocks),
-                zero_points,
+                zero_points.reshape(rows, -1),
             )
-            restored.append(dequantize(packed, bits=wp.bits, block_size=wp.block_size, cols=cols))
+            flat = dequantize(packed, bits=wp.bits, block_size=wp.block_size, cols=cols)
+            restored.append(flat.reshape(shape))
         yield wp, np.concatenate(restored, axis=wp.split_axis or 0)
 
 

@@ -165,3 +165,20 @@ def test_placeholders_without_features_embed_as_pad(tmp_path: Path) -> None:
     embeds = session.run(["inputs_embeds"], feeds)[0][0]
     np.testing.assert_array_equal(embeds[0], one_image[0])  # the first marker's row
     assert not np.allclose(embeds[2], one_image[0])  # the second has no row: pad
+
+
+def test_bidirectional_image_attention_keeps_vision_out(tmp_path: Path) -> None:
+    """26B-A4B / 31B let image tokens attend both ways; until the decoder does that, their
+    checkpoints export text packages by default and refuse vision with the reason."""
+    from engine.plan import plan
+    from engine.spec import ModelSpec
+
+    model_dir = tmp_path / "ckpt"
+    make_mm_checkpoint(model_dir, audio=False, text={"use_bidirectional_attention": "vision"})
+    from engine.hf_config import load_spec
+
+    spec: ModelSpec = load_spec(model_dir)
+    assert spec.bidirectional_images and spec.towers == ("vision",)
+    assert [s.name for s in plan(spec, ExportOptions()).sessions] == ["decoder"]
+    with pytest.raises(EngineError, match="attend to each other both ways"):
+        plan(spec, ExportOptions(modalities=("text", "vision")))

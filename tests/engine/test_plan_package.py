@@ -38,15 +38,17 @@ def stored_initializers(model_path: Path) -> dict[str, tuple[int, tuple[int, ...
         # Limits small enough to split the tables leave some linears over them: forced.
         dict(ep="webgpu", dtype="fp32", max_buffer_size=40_000, force=True),
         dict(ep="cpu", weight_bits=4, embedding_bits=8, block_size=16),
+        # 8-bit tables: the 4-bit per-layer pieces of these tiny models (one block of 16)
+        # are what WebGPU's GatherBlockQuantized refuses (an odd block count).
         dict(
             ep="webgpu",
-            weight_bits=8,
+            weight_bits=4,
             embedding_bits=8,
             block_size=16,
             max_buffer_size=4096,
             force=True,
         ),
-        # WebGPU refuses 4-bit tables of one block per row, which these splits make.
+        # 4-bit tables split the same way, on the CPU EP (which reads odd block counts).
         dict(
             ep="cpu",
             weight_bits=4,
@@ -91,7 +93,7 @@ def test_written_initializers_match_the_plan_exactly(tiny_models, tmp_path: Path
         (
             # The CPU EP: WebGPU refuses 4-bit tables of one block per row, which this makes.
             "all_features",
-            dict(ep="cpu", dtype="fp32", embedding_bits=4, weight_bits=4, block_size=16),
+            dict(ep="webgpu", dtype="fp32", embedding_bits=8, weight_bits=4, block_size=16),
             {"embed_tokens.weight": 4},
         ),
     ],
@@ -100,7 +102,7 @@ def test_written_initializers_match_the_plan_exactly(tiny_models, tmp_path: Path
 def test_split_graphs_give_the_same_logits(tiny_models, tmp_path: Path, config, options, split):
     model_dir, _ = tiny_models.get(config)
     whole = export(tmp_path / "whole", model_dir=model_dir, options=ExportOptions(**options))
-    limit = 40_000 if not options.get("embedding_bits") else 4096
+    limit = 40_000 if not options.get("embedding_bits") else 5120
     pieces = export(
         tmp_path / "split",
         model_dir=model_dir,

@@ -53,8 +53,19 @@ def exported_modalities(spec: ModelSpec, options: ExportOptions) -> tuple[str, .
     """The modalities the package will have: text, plus the towers the checkpoint has
     that the options ask for (every exportable one by default)."""
     wanted = options.modalities
+    exportable = EXPORTABLE_TOWERS
+    if spec.bidirectional_images:
+        # The decoder would have to find image spans in its ids and let them attend both
+        # ways on sliding layers; without that, image prompts would be silently wrong.
+        exportable = tuple(t for t in exportable if t != "vision")
     if wanted is None:
-        return ("text", *(t for t in spec.towers if t in EXPORTABLE_TOWERS))
+        return ("text", *(t for t in spec.towers if t in exportable))
+    if "vision" in wanted and spec.bidirectional_images:
+        raise OptionsError(
+            "this model's image tokens attend to each other both ways "
+            "(use_bidirectional_attention: vision), which the exported decoder does not do "
+            f"yet; leave vision out of {option('modalities')} for a text package"
+        )
     missing = [m for m in wanted if m != "text" and m not in spec.towers]
     if missing:
         have = ", ".join(["text", *spec.towers])
