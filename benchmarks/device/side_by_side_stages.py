@@ -1,5 +1,4 @@
-"""The stages of ``webgpu_side_by_side.py`` that run in their own process; each prints one
-JSON object on its last stdout line.
+"""The stages of ``webgpu_side_by_side.py`` that run in their own process.
 
     python side_by_side_stages.py checkpoint --preset gemma4-e2b --device cuda OUT_DIR
     python side_by_side_stages.py genai PACKAGE --ep webgpu --lengths default,192 ...
@@ -10,6 +9,8 @@ peer's transformers first on PYTHONPATH, so both exporters read a config they kn
 ``genai`` times any genai package (ours or the peer's) through onnxruntime-genai alone,
 with graph capture off and on and at several ``search.max_length``; ``profile`` records an
 onnxruntime profile of decode steps of one of our packages and sums the time of each op.
+Each prints its report so far as one JSON line after every setting: the last line that
+parses is the result, so a setting that kills the process loses only itself.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-GENAI_PROVIDERS = {"webgpu": "WebGPU", "cpu": None}
+GENAI_PROVIDERS = {"webgpu": "webgpu", "cpu": None}
 CAPTURE_OPTION = "enableGraphCapture"
 
 
@@ -56,9 +57,14 @@ def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
                 param.add_(0.1 * torch.randn_like(param))
     built = time.perf_counter() - started
     out = Path(args.out)
-    model.save_pretrained(out, max_shard_size="4GB")
-    _tokenizer(out, config.vocab_size)
+    model.cpu().save_pretrained(out, max_shard_size="4GB")
+    try:
+        _tokenizer(out, config.vocab_size)
+        tokenizer = "written"
+    except Exception as exc:  # exporters may do without one; say why there is none
+        tokenizer = f"not written: {exc!r}"
     return {
+        "tokenizer": tokenizer,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "device": args.device,
@@ -84,6 +90,12 @@ def _tokenizer(path: Path, vocab_size: int) -> None:
 
 
 # ---------------------------------------------------------------------------- genai
+
+
+def _snapshot(report: dict[str, Any]) -> None:
+    """Print the report so far as one JSON line: the caller keeps the last line it can
+    parse, so a setting that kills the process loses only itself."""
+    print(json.dumps(report), flush=True)
 
 
 def _provider_options(config: dict[str, Any], provider: str) -> dict[str, str]:
@@ -122,6 +134,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
     for capture in args.captures.split(","):
         entry: dict[str, Any] = {}
         report["captures"][capture] = entry
+        _snapshot(report)  # a crash in this setting keeps the ones before it
         if capture == "on" and provider is None:
             entry["skipped"] = f"the {args.ep} EP has no graph capture"
             continue
@@ -168,6 +181,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
                 row["tokens_head"] = tokens[:16]
             else:
                 row["same_tokens_as_first_setting"] = tokens == reference
+            _snapshot(report)
         del model
         gc.collect()
     return report
@@ -248,6 +262,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             "gpu": summarize_steps(events, gpu=True, top=args.top),
             "host": summarize_steps(events, gpu=False, top=args.top),
         }
+        _snapshot(report)
         del runner
         gc.collect()
     return report

@@ -124,10 +124,10 @@ class Child:
         return self.result
 
     def json(self, timeout: float) -> dict[str, Any]:
-        """Wait, then parse stdout (or its last line) as the stage's JSON result."""
+        """Wait, then parse stdout (or its last line that parses) as the stage's JSON."""
         result = self.wait(timeout)
         stdout = self.out.get("stdout", "").strip()
-        for text in (stdout, *stdout.splitlines()[-1:]):
+        for text in (stdout, *reversed(stdout.splitlines())):
             try:
                 result["result"] = json.loads(text)
                 break
