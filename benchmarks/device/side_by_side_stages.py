@@ -176,11 +176,14 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
                 1000 * statistics.median(g.first_token_seconds for g in timed), 1
             )
             tokens = list(timed[0].tokens)
+            row["tokens"] = tokens
+            row["repeats_agree"] = all(list(g.tokens) == tokens for g in runs)
             if reference is None:
                 reference = tokens
-                row["tokens_head"] = tokens[:16]
             else:
-                row["same_tokens_as_first_setting"] = tokens == reference
+                same = [a == b for a, b in zip(tokens, reference, strict=False)]
+                row["same_tokens_as_first_setting"] = all(same)
+                row["first_difference"] = same.index(False) if False in same else None
             _snapshot(report)
         del model
         gc.collect()
