@@ -151,13 +151,14 @@ def export(
     with staging_folder(out, overwrite) as staging:
         for session in built:
             filename = export_plan.session(session.name).filename
-            # Streamed chunk by chunk: no initializer is ever whole in memory.
+            # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
+            # left to the rest of the machine (the app's UI thread starved on 2 cores).
             stream_writer.save(
                 session.model,
                 staging / filename,
                 filename + DATA_FILE_SUFFIX,
                 on_written=on_written,
-                max_workers=min(4, os.cpu_count() or 1),
+                max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
             )
             cancel.raise_if_cancelled()
         progress(0.96, "writing genai_config.json")
