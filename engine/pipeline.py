@@ -35,6 +35,7 @@ from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
+from engine.weights import stream_writer
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
 
@@ -145,21 +146,23 @@ def export(
     total = max(export_plan.nbytes, 1)
     written = 0
 
-    def on_written(tensor: ir.TensorProtocol, info: Any) -> None:
+    def on_written(tensor: ir.TensorProtocol, nbytes: int) -> None:
         nonlocal written
-        written += tensor.nbytes
+        written += nbytes
         progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
         cancel.raise_if_cancelled()
 
     with staging_folder(out, overwrite) as staging:
         for session in built:
             filename = export_plan.session(session.name).filename
-            ir.save(
+            # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
+            # left to the rest of the machine (the app's UI thread starved on 2 cores).
+            stream_writer.save(
                 session.model,
                 staging / filename,
-                external_data=filename + DATA_FILE_SUFFIX,
-                callback=on_written,
-                max_workers=min(4, os.cpu_count() or 1),
+                filename + DATA_FILE_SUFFIX,
+                on_written=on_written,
+                max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
             )
             cancel.raise_if_cancelled()
         progress(0.96, "writing genai_config.json")

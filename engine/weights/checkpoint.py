@@ -289,8 +289,16 @@ class Checkpoint:
     def keys(self) -> list[str]:
         return list(self.entries)
 
-    def read(self, name: str, axis: int = 0, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Read a tensor, or the [start, stop) slice of one axis, into a new array."""
+    def read(
+        self,
+        name: str,
+        axis: int = 0,
+        start: int = 0,
+        stop: int | None = None,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        """Read a tensor, or the [start, stop) slice of one axis, into a new array; with
+        ``axis`` > 0, ``rows`` limits axis 0 to [rows[0], rows[1]) too."""
         entry = self.entries[name]
         if entry.dtype is None:
             raise WeightsError(
@@ -306,19 +314,20 @@ class Checkpoint:
             self._read_into(entry, entry.offset + start * row_bytes, out)
             return out
         # A slice of a later axis: stream whole rows in bounded chunks, keep the columns.
-        rows = shape[0]
+        first, last = rows if rows is not None else (0, shape[0])
         row_bytes = math.prod(shape[1:]) * dtype.itemsize
         per_chunk = max(1, _CHUNK_BYTES // max(row_bytes, 1))
         out_shape = list(shape)
+        out_shape[0] = last - first
         out_shape[axis] = stop - start
         out = np.empty(out_shape, dtype=dtype)
         index = [slice(None)] * len(shape)
         index[axis] = slice(start, stop)
-        for begin in range(0, rows, per_chunk):
-            end = min(rows, begin + per_chunk)
+        for begin in range(first, last, per_chunk):
+            end = min(last, begin + per_chunk)
             chunk = np.empty((end - begin, *shape[1:]), dtype=dtype)
             self._read_into(entry, entry.offset + begin * row_bytes, chunk)
-            out[begin:end] = chunk[(slice(None), *index[1:])]
+            out[begin - first : end - first] = chunk[(slice(None), *index[1:])]
         return out
 
     @staticmethod

@@ -17,9 +17,20 @@ _MAX_LISTED = 20
 
 
 class WeightSource(Protocol):
-    """Reads a logical weight, or a slice of one axis of it, in checkpoint layout."""
+    """Reads a logical weight, or a slice of one axis of it, in checkpoint layout.
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray: ...
+    ``rows``, with ``axis`` > 0, restricts axis 0 too (a block of a column slice), so a
+    column piece can be read in bounded row chunks.
+    """
+
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray: ...
 
 
 class CheckpointSource:
@@ -79,10 +90,17 @@ class CheckpointSource:
                 + "\nCheck that config.json belongs to these weights."
             )
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
-        return self.checkpoint.read(weight.source, axis, start, stop)
+        return self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
 
     def tensor_name(self, weight: LogicalWeight) -> str:
         """The weight's name in the checkpoint files (for messages)."""
@@ -103,12 +121,23 @@ class RandomSource:
         self.seed = seed
         self.std = std
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         shape = list(weight.shape)
+        key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}"
         if shape:
             shape[axis] = stop - start
-        key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}".encode()
-        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+            if rows is not None and axis != 0:
+                shape[0] = rows[1] - rows[0]
+                key += f":rows:{rows[0]}:{rows[1]}"
+        digest = hashlib.sha256(key.encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         if weight.fill is not None:
             return np.full(shape, weight.fill, dtype=np.float32)
         # Uniform draws with the requested spread: 1.5x faster than normal ones, and
