@@ -160,7 +160,8 @@ class BenchSession:
             provider=str(getattr(runner, "provider", "")),
             graph_capture=self.graph_capture,
             kv_mode=str(getattr(runner, "kv_mode", share)),
-            prompt_length=config.prompt_length,
+            # A media prompt's length is what genai's processor made of it.
+            prompt_length=runs[0].prompt_length,
             new_tokens=config.new_tokens,
             repeats=len(runs),
             warmup=config.warmup,
