@@ -1,11 +1,12 @@
 """Gemma 4 E2B with its vision and audio towers on WebGPU through onnxruntime-genai, in one
 device call (issue 11's benchmark).
 
-1. writes one random full-size multimodal E2B checkpoint from the preset
-   (``benchmarks/random_checkpoint.py``: text + vision + audio weights, bf16, sharded) and
-   a tokenizer whose image / audio markers sit at E2B's ids;
-2. exports it (INT4 weights + INT4 embeddings by default) with every tower: export wall
-   time, peak RSS (the kernel's, from ``wait4``) and bytes per session;
+1. exports the E2B preset with random weights (``--source preset``, the default) or a
+   random full-size multimodal checkpoint written from it first (``--source
+   checkpoint``: ``benchmarks/random_checkpoint.py``, text + vision + audio weights,
+   bf16, sharded), INT4 weights + INT4 embeddings by default, with every tower: export
+   wall time, peak RSS (the kernel's, from ``wait4``) and bytes per session;
+2. gives the package a tokenizer whose image / audio markers sit at E2B's ids;
 3. runs ``python -m engine bench`` through onnxruntime-genai, decoder graph capture off
    and on: an image + a clip prompt, an image-only prompt, and a text-only prompt of the
    same package (128 random ids): time to first token (encoders included) and decode
@@ -56,21 +57,24 @@ def e2b_markers(preset: str) -> dict[str, int]:
 
 
 def make_checkpoint(args: argparse.Namespace, report: Report, checkpoint: Path) -> bool:
+    if args.source == "preset" and not args.tiny:
+        return True
     if args.tiny:
         cmd = [sys.executable, "-c", _TINY_CHECKPOINT, str(checkpoint)]
     else:
         cmd = [sys.executable, str(REPO / "benchmarks" / "random_checkpoint.py")]
         cmd += ["--preset", args.preset, str(checkpoint)]
     built = report.stage("checkpoint", Child(cmd).json(min(400, report.remaining() - 200)))
-    if built.get("rc") != 0:
-        return False
-    if not args.tiny:
-        from engine.presets import preset_config
-        from tests._support.tiny_gemma_mm import make_mm_tokenizer
+    return bool(built.get("rc") == 0)
 
-        vocab = preset_config(args.preset)["text_config"]["vocab_size"]
-        make_mm_tokenizer(checkpoint, vocab, e2b_markers(args.preset))
-    return True
+
+def add_tokenizer(args: argparse.Namespace, package: Path) -> None:
+    """A tokenizer with the preset's marker ids (what genai's processor looks up)."""
+    from engine.presets import preset_config
+    from tests._support.tiny_gemma_mm import make_mm_tokenizer
+
+    vocab = preset_config(args.preset)["text_config"]["vocab_size"]
+    make_mm_tokenizer(package, vocab, e2b_markers(args.preset))
 
 
 _TINY_CHECKPOINT = """
@@ -96,11 +100,17 @@ def session_bytes(package: Path) -> dict[str, int]:
 
 def export(args: argparse.Namespace, report: Report, checkpoint: Path) -> Path | None:
     out = Path(args.work) / f"e2b-mm-{args.variant}"
-    cmd = [sys.executable, "-m", "engine", "build", "--model", str(checkpoint)]
+    cmd = [sys.executable, "-m", "engine", "build"]
+    if args.source == "preset" and not args.tiny:
+        cmd += ["--preset", args.preset, "--random-weights"]
+    else:
+        cmd += ["--model", str(checkpoint)]
     cmd += ["--ep", args.ep, *FLAGS[args.variant], "--quiet", "--json", "--overwrite", str(out)]
     result = Child(cmd).json(min(args.export_timeout_s, report.remaining() - 120))
     ok = result.get("rc") == 0 and (out / "genai_config.json").is_file()
     result["ok"] = ok
+    if ok and not args.tiny and not (out / "tokenizer.json").is_file():
+        add_tokenizer(args, out)
     if ok:
         result["package_bytes"] = folder_bytes(out)
         result["session_bytes"] = session_bytes(out)
@@ -156,6 +166,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=560)
     parser.add_argument("--work", default="/tmp/multimodal-e2b")
     parser.add_argument("--preset", default="gemma4-e2b")
+    parser.add_argument("--source", choices=("preset", "checkpoint"), default="preset")
     parser.add_argument("--variant", choices=sorted(FLAGS), default="int4")
     parser.add_argument("--ep", default=None, help="default: webgpu (cpu with --tiny)")
     parser.add_argument("--new-tokens", type=int, default=64)
