@@ -85,6 +85,11 @@ class EpCapabilities:
     zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
     ("scales and zero_points must have the same shape"); its 8-bit rows and even block
     counts are exact."""
+    genai_max_images: int | None = None
+    """Images per prompt onnxruntime-genai 0.18 can encode with the vision session on this
+    EP (None: no limit). Its Gemma 4 vision loop slices one ``image_features`` buffer per
+    image by pointer arithmetic on the buffer's address; a WebGPU buffer is a handle, so a
+    second image kills the process (SIGSEGV, measured on lavapipe)."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -178,6 +183,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
                 }
             ),
             gbq_odd_4bit_blocks=False,
+            genai_max_images=1,
         ),
         EpCapabilities(
             name="dml",

@@ -9,8 +9,9 @@ in every session, so genai's load fails if any node would leave the device), thi
 say how to make it (tests/engine/test_webgpu.py).
 
 One image per prompt: genai 0.18 crashes (segfault in ``Gemma4VisionState::Run``) when a
-prompt has two images and the vision session runs on WebGPU; see
-``test_two_images_crash_genai_when_vision_runs_on_webgpu``.
+prompt has two images and the vision session runs on WebGPU
+(``test_two_images_crash_genai_when_vision_runs_on_webgpu``); the engine refuses such a
+prompt with the reason (``EpCapabilities.genai_max_images``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ import pytest
 
 from engine.audit import audit_model
 from engine.caps import get_caps
+from engine.errors import OptionsError
 from engine.options import ExportOptions
 from engine.pipeline import export
+from engine.runtime.media import MediaPrompt
+from engine.runtime.package import open_package
 from tests._support.media import write_png, write_wav
 from tests._support.tiny_gemma_mm import TOKENS, make_mm_checkpoint
 from tests.engine import test_webgpu
@@ -198,6 +202,19 @@ def test_two_images_crash_genai_when_vision_runs_on_webgpu(
         [*args, "--steps", "2"], capture_output=True, timeout=600, env=test_webgpu._clean_env()
     )
     assert done.returncode == -11, (done.returncode, done.stderr[-2000:])
+
+
+def test_two_images_on_a_webgpu_package_are_refused_before_genai_runs(built: Built) -> None:
+    """The engine's genai paths (bench, verify) check the prompt first: one clear error
+    instead of the crash above; the CPU package takes both images."""
+    images = (str(built.media["image"]), str(built.media["tall"]))
+    prompt = MediaPrompt.build(None, images)
+    with pytest.raises(OptionsError, match="give one image per prompt"):
+        prompt.check(open_package(built.packages["vision_only", "webgpu", "fp32"]))
+    prompt.check(open_package(built.packages["vision_only", "cpu", "fp32"]))
+    MediaPrompt.build(None, images[:1]).check(
+        open_package(built.packages["vision_only", "webgpu", "fp32"])
+    )
 
 
 def test_webgpu_embedding_equals_the_cpu_lowering(built: Built) -> None:
