@@ -328,7 +328,7 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     length = context_length(spec, options)
 
     sessions = []
-    warnings: list[str] = []
+    warnings: dict[str, list[str]] = {}  # message -> the sessions it is about
     for session in sessions_for(spec, options, length):
         planned = {w.name: _plan_weight(w, options, limits, dtype) for w in session.weights()}
         for wp in planned.values():
@@ -336,11 +336,17 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         for name, owner in session.ties.items():
             planned[name] = _tied(name, planned[owner], options)
         weights = tuple(planned.values())
-        warnings += _limit_warnings(weights)
-        warnings += _float_expert_warnings(weights, options)
+        for message in _limit_warnings(weights) + _float_expert_warnings(weights, options):
+            warnings.setdefault(message, []).append(session.name)
         sessions.append(SessionPlan(session.name, session.filename, weights))
+    # A tensor two sessions hold (the token table of the embedding session and the
+    # decoder's tied head) is said once.
+    said = tuple(
+        message if len(names) == 1 else f"{message} (in the {' and '.join(names)} sessions)"
+        for message, names in warnings.items()
+    )
     return ExportPlan(
-        spec, options, caps, length, tuple(sessions), attention_path(spec, options), tuple(warnings)
+        spec, options, caps, length, tuple(sessions), attention_path(spec, options), said
     )
 
 
