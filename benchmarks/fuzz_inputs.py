@@ -177,8 +177,13 @@ def mutate_entry(rng: random.Random, header: dict[str, Any], case: Case) -> None
     names = [n for n in header if n != "__metadata__"]
     name = rng.choice(names)
     entry = header[name]
-    begin, end = entry["data_offsets"]
-    shape = list(entry["shape"])
+    if not isinstance(entry, dict):
+        return
+    # An earlier mutation of this case may have broken the entry already.
+    offsets, shape = entry.get("data_offsets"), entry.get("shape")
+    valid = isinstance(offsets, list) and len(offsets) == 2
+    begin, end = (int(offsets[0]), int(offsets[1])) if valid else (0, 0)
+    shape = list(shape) if isinstance(shape, list) and shape else [1]
     what = rng.choice(["dtype", "shape", "data_offsets"])
     if what == "dtype":
         value: Any = rng.choice(
