@@ -102,7 +102,7 @@ class MainWindow(QMainWindow):
             self.resize(1440, 900)
         self.previewer.request()
         self.warmed_up = False
-        QTimer.singleShot(300, lambda: start_warm_up(self, self._warmed_up))
+        QTimer.singleShot(300, self, lambda: start_warm_up(self, self._warmed_up))
 
     def _warmed_up(self) -> None:
         self.warmed_up = True

@@ -42,3 +42,33 @@ def test_help_lists_the_self_test(tmp_path):
     result = _run("--help", tmp_path=tmp_path)
     assert result.returncode == 0
     assert "--self-test" in result.stdout
+
+
+QUICK_EXIT = """
+import sys
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+from app.settings import AppSettings
+from app.windows.main_window import MainWindow
+app = QApplication(sys.argv[:1])
+window = MainWindow(AppSettings(QSettings(sys.argv[1], QSettings.Format.IniFormat)))
+window.show()
+if sys.argv[2] == "close":
+    window.close()
+# the script ends here: its preview worker may still be running
+"""
+
+
+def test_a_window_created_and_dropped_at_once_leaves_no_worker_errors(tmp_path):
+    for how in ("close", "drop"):
+        result = subprocess.run(
+            [sys.executable, "-c", QUICK_EXIT, str(tmp_path / "s.ini"), how],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+        )
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr, f"{how}: {result.stderr}"
+        assert "has been deleted" not in result.stderr, f"{how}: {result.stderr}"
