@@ -16,13 +16,18 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from app.choices import Constraints
 from engine.errors import EngineError
 from engine.options import ExportOptions
 from engine.progress import CancelToken, Progress
+
+if TYPE_CHECKING:
+    from app.preview_data import PreviewData
+    from app.state import ModelSource
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,83 @@ class ExportRequest:
     options: ExportOptions
     output: Path
     overwrite: bool
+
+
+@dataclass(frozen=True)
+class PreviewRequest:
+    """One preview: the source and options of one generation, with the caches it may fill
+    (the worker owns them while it runs; one preview runs at a time)."""
+
+    generation: int
+    source: ModelSource
+    options: ExportOptions
+    specs: dict[ModelSource, Any] = field(default_factory=dict, compare=False)
+    fits: dict[tuple[Any, ...], Constraints] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class PreviewOutcome:
+    """What a preview job found: the preview, or which step failed and why."""
+
+    generation: int
+    preview: PreviewData | None = None
+    constraints: Constraints = field(default_factory=Constraints)
+    """Option values the model's dimensions rule out (block sizes)."""
+    spec_error: BaseException | None = None
+    """The model itself could not be read (a folder that is not a checkpoint)."""
+    plan_error: BaseException | None = None
+    """The model was read, but these options cannot be planned."""
+
+
+def load_spec_for(source: ModelSource) -> Any:
+    """The :class:`engine.spec.ModelSpec` of a source (reads config.json; fast)."""
+    if source.is_preset:
+        from engine.presets import load_preset
+
+        return load_preset(source.value)
+    from engine.hf_config import load_spec
+
+    return load_spec(source.value)
+
+
+def preview_job(request: PreviewRequest, progress: Progress, cancel: CancelToken) -> PreviewOutcome:
+    """Read the model (cached), find the block sizes it allows (cached), plan and summarise.
+    Failures are part of the outcome, tagged with their generation like previews."""
+    from app.choices import fitting_block_sizes
+    from app.preview_data import compute_preview
+
+    source, options, generation = request.source, request.options, request.generation
+    try:
+        spec = request.specs.get(source)
+        if spec is None:
+            spec = request.specs[source] = load_spec_for(source)
+    except Exception as exc:
+        return PreviewOutcome(generation, spec_error=exc)
+    key = (
+        source,
+        options.weight_bits,
+        options.embedding_bits,
+        options.quantize_lm_head,
+        options.symmetric,
+    )
+    try:
+        fits = request.fits.get(key)
+        if fits is None:
+            fits = request.fits[key] = fitting_block_sizes(spec, options)
+        return PreviewOutcome(generation, compute_preview(spec, options), fits)
+    except Exception as exc:
+        return PreviewOutcome(generation, constraints=fits or Constraints(), plan_error=exc)
+
+
+def audit_job(plan: Any, progress: Progress, cancel: CancelToken) -> Any:
+    """The readiness of the plan's decoder from the engine's audit of its built graph;
+    None when this engine has no audit."""
+    from app.readiness import audit_readiness
+
+    try:
+        return audit_readiness(plan)
+    except ImportError:
+        return None
 
 
 def run_export(request: ExportRequest, progress: Progress, cancel: CancelToken) -> Any:

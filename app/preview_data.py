@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.readiness import SessionReadiness, capture_readiness
-from engine.errors import render_message
+from app.wording import render
 from engine.models import model_summary
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
                     len(w.pieces),
                     largest,
                     w.split_axis,
-                    render_message(w.note),
+                    render(w.note),
                     over,
                 )
                 splits.append(row)
@@ -149,7 +149,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
         largest=tuple(bars[:TOP_TENSORS]),
         splits=tuple(splits),
         readiness=capture_readiness(plan),
-        warnings=tuple(render_message(w) for w in plan.warnings),
+        warnings=tuple(render(w) for w in plan.warnings),
         spec_summary=model_summary(plan.spec),
         compute_ms=compute_ms,
         plan=plan,

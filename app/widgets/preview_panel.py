@@ -15,17 +15,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.preview_data import PreviewData
+from app.theme import status_color
 from app.widgets.charts import LargestTensorsChart, SessionSizeChart
 from app.widgets.tables import fill_table, read_only_table
 from engine.units import format_bytes
-
-STATUS_COLORS = {
-    "ready": "#2e7d32",
-    "likely": "#00796b",
-    "blocked": "#c62828",
-    "off": "#616161",
-    "unsupported": "#616161",
-}
 
 
 class PreviewPanel(QWidget):
@@ -36,9 +29,13 @@ class PreviewPanel(QWidget):
         self.data: PreviewData | None = None
         self._stale = False
         self.title = QLabel("Planning…")
-        self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
+        font = self.title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.title.setWordWrap(True)
         self.facts = QLabel("")
-        self.facts.setStyleSheet("color: #555;")
+        self.facts.setWordWrap(True)
         self.sizes = SessionSizeChart()
         self.tensors = LargestTensorsChart()
         self.splits = read_only_table(
@@ -121,7 +118,7 @@ class PreviewPanel(QWidget):
                 )
                 for s in data.splits
             ],
-            ["#c62828" if s.still_over else None for s in data.splits],
+            [status_color("error", self.palette()) if s.still_over else None for s in data.splits],
             [f"{s.piece_bytes:,} B per piece" for s in data.splits],
         )
         if not data.splits:
@@ -133,7 +130,7 @@ class PreviewPanel(QWidget):
         fill_table(
             self.readiness,
             [(r.session, r.text, "\n".join(r.reasons)) for r in data.readiness],
-            [STATUS_COLORS[r.status] for r in data.readiness],
+            [status_color(r.status, self.palette()) for r in data.readiness],
             ["\n".join(r.reasons) + f"\n(source: {r.source})" for r in data.readiness],
         )
         self.readiness.resizeRowsToContents()

@@ -29,6 +29,7 @@ def test_window_opens_with_the_tiny_preview(window: MainWindow, screens):
         "Export",
         "genai_config",
         "Benchmark",
+        "Inspector",
     ]
     preview = window.state.preview
     expected = plan(load_preset("gemma4-tiny"), ExportOptions())
@@ -76,16 +77,64 @@ def test_a_burst_of_changes_is_throttled(qtbot, window: MainWindow):
     assert preview.context_length == 300
 
 
-def test_options_the_plan_refuses_show_in_the_banner(qtbot, window: MainWindow, screens):
-    _choose(window.target_panel.weight_bits, 4)
-    _choose(window.target_panel.block_size, 128)  # the tiny model's hidden size is 64
+def test_a_folder_that_is_not_a_model_is_reported_and_cannot_be_exported(
+    qtbot, window: MainWindow, tmp_path, screens
+):
+    not_a_model = tmp_path / "photos"
+    not_a_model.mkdir()
+    window.model_panel.choose_folder(str(not_a_model))
+    assert "no config.json" in window.state.source_problem  # known at once, before reading
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
-    assert "block size 128 does not divide" in window.banner.text
-    assert window.preview.title.text().startswith("No preview")
+    assert "The model cannot be read" in window.banner.text
+    assert "“Model folder”" in window.banner.text  # the engine's advice, in the app's words
+    assert not window.export_panel.export_button.isEnabled()
+    assert not window.export_shortcut.isEnabled()
+    assert "no config.json" in window.export_panel.blocker.text()
+    assert "no config.json" in window.export_shortcut.toolTip()
+    window.tabs.setCurrentIndex(0)
     screens(window, "03-error-banner")
-    _choose(window.target_panel.block_size, 32)
+    window.model_panel.kind_buttons.button(0).click()  # back to a preset
     qtbot.waitUntil(lambda: not window.banner.isVisible(), timeout=10_000)
-    assert window.state.preview is not None
+    qtbot.waitUntil(window.export_panel.export_button.isEnabled, timeout=10_000)
+
+
+def test_capture_on_is_not_offered_where_the_ep_has_none(qtbot, window: MainWindow):
+    panel = window.target_panel
+    on = panel.capture.findData("on")
+    assert window.state.options.ep == "cpu"
+    item = panel.capture.model().item(on)
+    assert not item.isEnabled()
+    assert "CPU has no graph capture" in item.toolTip()
+    _choose(panel.ep, "webgpu")
+    assert panel.capture.model().item(on).isEnabled()
+    _choose(panel.capture, "on")
+    assert window.state.options.graph_capture == "on"
+    _choose(panel.ep, "cpu")  # capture "on" cannot follow: set back to auto, and said so
+    assert window.state.options.graph_capture == "auto"
+    assert panel.capture.currentData() == "auto"
+    assert "Graph capture on is not available" in panel.note.text()
+    assert panel.note.isVisibleTo(panel)
+    wait_for_preview(qtbot, window, lambda p: "CPU" in p.title)
+    assert not window.banner.isVisible()
+
+
+def test_block_sizes_that_do_not_fit_are_disabled_and_the_choice_adjusted(
+    qtbot, window: MainWindow
+):
+    panel = window.target_panel
+    _choose(panel.weight_bits, 4)
+    qtbot.waitUntil(lambda: window.state.constraints.reason("block_size", 64) is not None)
+    for size, fits in ((16, True), (32, True), (64, False), (128, False), (256, False)):
+        item = panel.block_size.model().item(panel.block_size.findData(size))
+        assert item.isEnabled() == fits, size
+        if not fits:
+            assert "does not divide" in item.toolTip()
+    window.state.update_options(block_size=128)  # e.g. options saved for another model
+    assert window.state.options.block_size == 32
+    assert "Block size 128 does not fit this model" in panel.note.text()
+    preview = wait_for_preview(qtbot, window, lambda p: "weights int4" in p.title)
+    assert preview.plan.options.block_size == 32
+    assert not window.banner.isVisible()
 
 
 def test_a_bad_custom_buffer_limit_is_refused_inline(qtbot, window: MainWindow):
@@ -109,6 +158,7 @@ def test_settings_persist_between_sessions(qtbot, tmp_path: Path):
     first.state.set_source(ModelSource("preset", "gemma4-e2b"))
     first.state.update_options(ep="webgpu", weight_bits=4, max_length=2048)
     first.state.set_output(str(tmp_path / "out"))
+    first.state.set_overwrite(True)
     first.show()
     first.resize(1300, 820)
     qtbot.waitUntil(lambda: first.width() >= 1300)
@@ -121,6 +171,8 @@ def test_settings_persist_between_sessions(qtbot, tmp_path: Path):
     assert second.state.source == ModelSource("preset", "gemma4-e2b")
     assert second.state.options == ExportOptions(ep="webgpu", weight_bits=4, max_length=2048)
     assert second.state.output == str(tmp_path / "out")
+    assert not second.state.overwrite  # never carried into another launch
+    assert not second.target_panel.overwrite.isChecked()
     # The offscreen screen is 800x800 and clamps a restored size, so compare the bytes.
     assert second.settings.qsettings.value("window/geometry") == geometry
     assert second.target_panel.weight_bits.currentData() == 4
@@ -149,3 +201,24 @@ def test_hf_cache_scan_lists_supported_snapshots_only(
     assert window.state.source.kind == "cache"
     preview = wait_for_preview(qtbot, window, lambda p: p.title.startswith("0123456789abcdef"))
     assert preview.total_bytes == plan(load_preset("gemma4-e2b"), ExportOptions()).nbytes
+
+
+def test_the_output_folder_follows_the_model_and_options_until_edited(
+    qtbot, window: MainWindow, tmp_path
+):
+    state, panel = window.state, window.target_panel
+    assert Path(state.output).name == "gemma4-tiny-cpu-fp32"
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    _choose(panel.ep, "webgpu")
+    _choose(panel.weight_bits, 4)
+    _choose(panel.embedding_bits, 4)
+    assert Path(state.output).name == "gemma4-e2b-webgpu-fp16-w4-emb4"
+    assert panel.output.text() == state.output
+    mine = str(tmp_path / "mine")
+    panel.output.setText(mine)
+    panel.output.textEdited.emit(mine)
+    window.model_panel.presets.setCurrentText("gemma4-e4b")
+    assert state.output == mine  # the user's choice stays
+    panel.output.setText("")
+    panel.output.textEdited.emit("")  # cleared: it follows again
+    assert Path(state.output).name == "gemma4-e4b-webgpu-fp16-w4-emb4"
