@@ -212,7 +212,10 @@ class StudioState(QObject):
         if output.exists() and not output.is_dir():
             return f"{output} is a file, not a folder"
         if output.exists() and not self.overwrite:
-            return f"{output} exists: tick “{CONTROLS['overwrite'].name}” or choose another folder"
+            return (
+                f"{output} exists: tick “{CONTROLS['overwrite'].name}” to export over it, "
+                "or choose another folder"
+            )
         return ""
 
     def report_error(self, where: str, message: str) -> None:

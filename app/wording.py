@@ -191,8 +191,18 @@ def error_text(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {exc}"
 
 
+ENGINE_TERMS = {
+    "max_storage_binding_size": "the storage binding limit",
+    "max_buffer_size": "the buffer limit",
+}
+"""Capability names that engine texts use as words."""
+
+
 def _human_bytes(text: str) -> str:
-    """Raw byte counts ("268,435,456 B") in the binary units the rest of the app uses."""
+    """Raw byte counts ("268,435,456 B") in the binary units the rest of the app uses, and
+    capability names in words."""
+    for term, words in ENGINE_TERMS.items():
+        text = re.sub(rf"\b{term}\b", words, text)
 
     return _NUMBER_OF_BYTES.sub(
         lambda match: format_bytes(int(match.group(1).replace(",", ""))), text

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from app.theme import CAPTURE_OFF, CAPTURE_ON, chart_background, chart_foreground
 from app.widgets.charts import ChartBox, swatch
@@ -56,9 +57,10 @@ def spread_text(result: BenchResult) -> str:
 
 class LatestRunsChart(QWidget):
     """One small bar chart per metric: capture off and on side by side; decode carries its
-    min-max whisker (the spread over repeats)."""
+    min-max whisker (the spread over repeats). The charts wrap onto rows as the width
+    shrinks; before any run a sentence says how to get one."""
 
-    COLUMNS = 3
+    MIN_PLOT_WIDTH = 150
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -68,26 +70,48 @@ class LatestRunsChart(QWidget):
         self.title.setFont(font)
         self.title.setWordWrap(True)
         self.canvas = pg.GraphicsLayoutWidget()
-        self.canvas.setMinimumHeight(220)
+        self.canvas.setMinimumHeight(150)
+        self.empty = QLabel("No runs yet: choose a package, then Run benchmark (Ctrl+R).")
+        self.empty.setWordWrap(True)
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty)
+        self.stack.addWidget(self.canvas)
         self.legend = QLabel()
         self.legend.setWordWrap(True)
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.title)
-        layout.addWidget(self.canvas, 1)
+        layout.addWidget(self.stack, 1)
         layout.addWidget(self.legend)
         self.plots: dict[str, pg.PlotItem] = {}
+        self.columns = 0
+        self.setAccessibleName("Latest benchmark runs")
+        self.off: BenchResult | None = None
+        self.on: BenchResult | None = None
+        self._arrange(len(METRICS))
+        self.set_runs(None, None)
+
+    def _arrange(self, columns: int) -> None:
+        """Put the metric plots on a grid of ``columns``."""
+        self.columns = columns
+        self.canvas.clear()
+        self.plots = {}
         for i, metric in enumerate(METRICS):
-            plot = self.canvas.addPlot(row=i // self.COLUMNS, col=i % self.COLUMNS)
+            plot = self.canvas.addPlot(row=i // columns, col=i % columns)
             plot.setMouseEnabled(x=False, y=False)
             plot.setMenuEnabled(False)
             plot.hideButtons()
             self.plots[metric.key] = plot
-        self.setAccessibleName("Latest benchmark runs")
-        self.off: BenchResult | None = None
-        self.on: BenchResult | None = None
-        self.set_runs(None, None)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        fit = max(2, min(len(METRICS), self.width() // self.MIN_PLOT_WIDTH))
+        columns = len(METRICS) if fit >= len(METRICS) else min(fit, 3)
+        if columns != self.columns:
+            self._arrange(columns)
+            self.set_runs(self.off, self.on)
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange:
@@ -96,6 +120,7 @@ class LatestRunsChart(QWidget):
 
     def set_runs(self, off: BenchResult | None, on: BenchResult | None) -> None:
         self.off, self.on = off, on
+        self.stack.setCurrentWidget(self.canvas if off or on else self.empty)
         palette = self.palette()
         fg = chart_foreground(palette)
         self.canvas.setBackground(chart_background(palette))
@@ -104,7 +129,7 @@ class LatestRunsChart(QWidget):
         for metric in METRICS:
             plot = self.plots[metric.key]
             plot.clear()
-            plot.setTitle(f"{metric.title} ({metric.unit})", size="9pt", color=fg)
+            plot.setTitle(f"{metric.title} ({metric.unit})", size="8pt", color=fg)
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).setPen(pg.mkPen(fg))
                 plot.getAxis(axis).setTextPen(pg.mkPen(fg))
@@ -136,7 +161,7 @@ class LatestRunsChart(QWidget):
                 plot.addItem(label)
                 peak = max(peak, top)
             plot.setXRange(-0.6, 1.6, padding=0)
-            plot.setYRange(0, max(peak, 1e-9) * 1.3, padding=0)
+            plot.setYRange(0, max(peak, 1e-9) * 1.5, padding=0)
         for name, result in (("capture off", off), ("capture on", on)):
             if result is not None:
                 lines.append(
@@ -150,7 +175,11 @@ class LatestRunsChart(QWidget):
         )
         self.legend.setText(
             f"{swatch(CAPTURE_OFF, 'capture off')} &nbsp; {swatch(CAPTURE_ON, 'capture on')}"
-            + ("<br>" + "<br>".join(lines) + speedup if lines else "<br>No runs yet.")
+            + "<br>"
+            + "<br>".join(lines)
+            + speedup
+            if lines
+            else ""
         )
         self.setToolTip("\n".join(lines) + speedup)
         self.setAccessibleDescription("; ".join(lines) + speedup or "no runs yet")

@@ -17,7 +17,7 @@ from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
-    QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -122,50 +123,54 @@ class BenchPanel(QWidget):
         self.table = read_only_table(COLUMNS, stretch=1)
 
         settings = QGroupBox("Run")
-        form = QFormLayout(settings)
-        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        row = QHBoxLayout()
-        row.addWidget(self.package, 1)
-        row.addWidget(self.browse)
+        grid = QGridLayout(settings)
         package_label = QLabel("P&ackage")
         package_label.setBuddy(self.package)
-        form.addRow(package_label, row)
-        for key, widget in (
-            ("runtime", self.runtime),
-            ("ep", self.ep),
-            ("prompt_len", self.prompt_len),
-            ("new_tokens", self.new_tokens),
+        grid.addWidget(package_label, 0, 0)
+        grid.addWidget(self.package, 0, 1, 1, 3)
+        grid.addWidget(self.browse, 0, 4)
+        for row, pairs in enumerate(
+            (
+                (("R&untime", self.runtime), (CONTROLS["ep"].label, self.ep)),
+                (
+                    (CONTROLS["prompt_len"].label, self.prompt_len),
+                    (CONTROLS["new_tokens"].label, self.new_tokens),
+                ),
+                (("Repea&ts", self.repeats), ("&Graph capture", self.capture)),
+            ),
+            start=1,
         ):
-            form.addRow(CONTROLS[key].label, widget)
-        form.addRow("Repea&ts", self.repeats)
-        form.addRow("&Graph capture", self.capture)
+            for column, (text, widget) in enumerate(pairs):
+                buddy = QLabel(text)
+                buddy.setBuddy(widget)
+                grid.addWidget(buddy, row, column * 2)
+                grid.addWidget(widget, row, column * 2 + 1, 1, 1 + column)
         buttons = QHBoxLayout()
         for button in (self.run_button, self.cancel_button, self.clear_button):
             buttons.addWidget(button)
-        buttons.addStretch(1)
-        form.addRow(buttons)
-        form.addRow(self.progress)
-        form.addRow(self.note)
+        buttons.addWidget(self.progress, 1)
+        grid.addLayout(buttons, 4, 0, 1, 5)
+        grid.addWidget(self.note, 5, 0, 1, 5)
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
         over_time = QWidget()
         history_layout = QVBoxLayout(over_time)
         history_layout.setContentsMargins(0, 0, 0, 0)
         history_layout.addWidget(self.history_chart, 1)
         history_layout.addWidget(self.history_metric)
-        charts = QSplitter(Qt.Orientation.Horizontal)
-        charts.addWidget(self.latest_chart)
-        charts.addWidget(over_time)
-        charts.setSizes([600, 400])
-        top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(settings)
-        top.addWidget(charts)
-        top.setSizes([330, 700])
-        history_box = QGroupBox("History")
-        QVBoxLayout(history_box).addWidget(self.table)
+        self.history_tabs = QTabWidget()
+        self.history_tabs.addTab(self.table, "History")
+        self.history_tabs.addTab(over_time, "Runs over time")
         body = QSplitter(Qt.Orientation.Vertical)
-        body.addWidget(top)
-        body.addWidget(history_box)
-        body.setSizes([460, 220])
-        QVBoxLayout(self).addWidget(body)
+        body.addWidget(self.latest_chart)
+        body.addWidget(self.history_tabs)
+        body.setStretchFactor(0, 3)
+        body.setStretchFactor(1, 1)
+        self.history_tabs.setMinimumHeight(110)
+        body.setSizes([600, 200])
+        layout = QVBoxLayout(self)
+        layout.addWidget(settings)
+        layout.addWidget(body, 1)
 
         self.browse.clicked.connect(self._browse)
         self.package.editingFinished.connect(lambda: controller.inspect(self.package.text()))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.preview_data import SessionSize, TensorBar
@@ -34,9 +34,14 @@ def unit_for(largest: float) -> tuple[float, str]:
     return 1, "B"
 
 
+NOISE = ("model.", ".MatMul", ".weight")
+"""Name parts that every tensor of a package shares (Hugging Face and builder naming)."""
+
+
 def short_name(name: str, width: int = 30) -> str:
-    """A tensor name for an axis label: no ``.weight``, middle elided past ``width``."""
-    name = name.removesuffix(".weight")
+    """A tensor name for an axis label: shared noise dropped, middle elided past ``width``."""
+    for part in NOISE:
+        name = name.removeprefix(part) if part.endswith(".") else name.replace(part, "")
     if len(name) <= width:
         return name
     keep = (width - 1) // 2
@@ -76,6 +81,7 @@ class ChartBox(QWidget):
         layout.addWidget(self.legend)
         self.setAccessibleName(title)
         self.summary = ""
+        self.categories: list[str] = []
         self._args: tuple[Any, ...] | None = None
         self._apply_theme()
 
@@ -129,9 +135,16 @@ class ChartBox(QWidget):
     def category_axis(self, axis: str, labels: Sequence[str]) -> None:
         item = self.plot.getAxis(axis)
         item.setTicks([list(enumerate(labels))])
+        self.categories = list(labels)
         if axis == "left":
-            width = max((len(label) for label in labels), default=4)
-            item.setWidth(min(40 + 6 * width, 220))
+            metrics = QFontMetrics(self.font())
+            widest = max((metrics.horizontalAdvance(label) for label in labels), default=20)
+            item.setWidth(min(widest + 16, max(120, int(self.width() * 0.45))))
+
+    def label_chars(self) -> int:
+        """How many characters a category label may take at the current width."""
+        average = max(QFontMetrics(self.font()).averageCharWidth(), 1)
+        return max(14, int(self.width() * 0.42) // average)
 
 
 class SessionSizeChart(ChartBox):
@@ -169,11 +182,9 @@ class SessionSizeChart(ChartBox):
             )
             legend.append(swatch(color, role))
             left = [a + b for a, b in zip(left, widths, strict=True)]
-        for i, s in enumerate(ordered):
-            self.text(f" {format_bytes(s.total)}", left[i], i, (0, 0.5))
-        self.category_axis("left", [s.name for s in ordered])
+        self.category_axis("left", [f"{s.name} {format_bytes(s.total)}" for s in ordered])
         self.plot.setLabel("bottom", unit)
-        self.plot.setXRange(0, max(left) * 1.35, padding=0)
+        self.plot.setXRange(0, max(left) * 1.05, padding=0)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.setText(" &nbsp; ".join(legend))
         self.describe(
@@ -192,6 +203,7 @@ class LargestTensorsChart(ChartBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Largest tensors vs. the buffer limit", parent)
         self.bars: Sequence[TensorBar] = ()
+        self._shown = 0
         self.drawn_limits: list[str] = []
         """Which limit lines are on the plot (the others are off the scale)."""
 
@@ -201,11 +213,23 @@ class LargestTensorsChart(ChartBox):
         self.bars = bars
         self.show_data(tuple(bars), limit, binding)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._args is not None and self.fitting_bars() != self._shown:
+            self.draw(*self._args)
+
+    def fitting_bars(self) -> int:
+        """As many bars as the plot's height shows readably (a label's height each)."""
+        row = QFontMetrics(self.font()).height() + 4
+        return max(4, min(len(self.bars) or 1, (self.plot.height() - 40) // row))
+
     def draw(self, bars: tuple[TensorBar, ...], limit: int | None, binding: int | None) -> None:
         self.reset()
         self.drawn_limits = []
+        self._shown = self.fitting_bars()
         if not bars:
             return
+        bars = bars[: self._shown]
         ordered = list(reversed(bars))  # the largest at the top
         y = list(range(len(ordered)))
         written = max(b.largest for b in bars)
@@ -247,12 +271,7 @@ class LargestTensorsChart(ChartBox):
         if OVER in colors:
             legend.append(swatch(OVER, "over the buffer limit"))
         if BINDING in colors:
-            legend.append(
-                swatch(
-                    BINDING,
-                    "over the storage binding limit (only adapters that grant more can bind it)",
-                )
-            )
+            legend.append(swatch(BINDING, "over the storage binding limit"))
         if any(b.pieces > 1 for b in bars):
             legend.append(swatch(split_ghost(self.palette()), "before splitting (×N: pieces)"))
         for value, name, color, style in limits:
@@ -271,14 +290,18 @@ class LargestTensorsChart(ChartBox):
                     f"{name} {format_bytes(value)}: off the scale (the largest tensor is "
                     f"{share:.1%} of it)"
                 )
-        labels = [short_name(b.name) + (f" ×{b.pieces}" if b.pieces > 1 else "") for b in ordered]
+        chars = self.label_chars()
+        labels = [
+            short_name(b.name, chars) + (f" ×{b.pieces}" if b.pieces > 1 else "") for b in ordered
+        ]
         self.category_axis("left", labels)
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, top / scale, padding=0)
-        self.plot.setYRange(-0.6, len(ordered) - 0.4, padding=0)
+        self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.setText(" &nbsp; ".join(legend))
         self.describe(
-            "; ".join(
+            "Over the storage binding limit: only adapters that grant more can bind it. "
+            + "; ".join(
                 f"{b.name}: {format_bytes(b.largest)}"
                 + (
                     f" in {b.pieces} pieces ({format_bytes(b.unsplit)} unsplit)"

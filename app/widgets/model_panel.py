@@ -78,7 +78,7 @@ class ModelPanel(QGroupBox):
         browse = QPushButton("Browse…")
         browse.setToolTip("Choose a checkpoint folder (Ctrl+O)")
         self.cache = QComboBox()
-        self.cache.setPlaceholderText("press Scan to list cached checkpoints")
+        self.cache.setPlaceholderText("press Scan")
         self.cache.setToolTip("Checkpoints found in the local Hugging Face cache")
         self.cache.setAccessibleName("Cached checkpoint")
         self.scan_button = QPushButton("Scan")
@@ -107,6 +107,11 @@ class ModelPanel(QGroupBox):
         layout.addWidget(self.recent)
         layout.addWidget(self.summary)
 
+        for combo in (self.presets, self.cache, self.recent):  # long entries must not widen
+            combo.setSizeAdjustPolicy(  # the left column past a small window
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(14)
         self.kind_buttons.idClicked.connect(self._kind_clicked)
         self.presets.currentTextChanged.connect(self._preset_chosen)
         self.folder.editingFinished.connect(self._folder_chosen)

@@ -43,7 +43,6 @@ class PreviewPanel(QWidget):
         )
         self.readiness = read_only_table(["Session", "Graph capture", "Why"], stretch=2)
         self.readiness.setWordWrap(True)
-        self.splits.setWordWrap(True)
         self.warnings = QListWidget()
         self.warnings.setWordWrap(True)
 
@@ -126,7 +125,6 @@ class PreviewPanel(QWidget):
             fill_table(
                 self.splits, [("nothing is split", "", "", "", "", f"every tensor fits ({limit})")]
             )
-        self.splits.resizeRowsToContents()
         fill_table(
             self.readiness,
             [(r.session, r.text, "\n".join(r.reasons)) for r in data.readiness],

@@ -50,6 +50,7 @@ def test_another_exporters_package_is_inspected_audited_and_edited(
     assert shown and all("scales" in name for name in shown)
     panel.filter.clear()
     assert panel.sizes.summary.startswith("decoder (model.onnx)")
+    assert panel.sizes.categories == ["decoder 34.4 KiB"]
     assert panel.tensors.bars[0].unsplit == max(t.nbytes for t in info.sessions[0].initializers)
     with qtbot.waitSignal(panel.audited, timeout=60_000) as audited:
         panel.audit_button.click()

@@ -87,4 +87,6 @@ def test_plan_warnings_use_binary_units_not_raw_bytes():
     shown = [render(w) for w in warnings]
     assert shown and not any(re.search(r"\d,\d{3},\d{3} B", w) for w in shown), shown
     assert any("256.0 MiB" in w for w in shown), shown
+    assert any("the storage binding limit" in w for w in shown)
+    assert not any("max_storage_binding_size" in w for w in shown), shown
     assert render(f"use {option('graph_capture', 'off')}") == "use “Graph capture: off”"
