@@ -9,6 +9,11 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.source import ModelSource
 
 _STARTED = time.perf_counter()
 
@@ -29,6 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print start-up timing as JSON once the window is shown, then quit (benchmarks)",
     )
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--preset", metavar="NAME", help="open with this built-in preset chosen")
+    model.add_argument("--model", metavar="DIR", help="open with this checkpoint folder chosen")
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        help="package folder (without a display: where the headless equivalent writes)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="without a display: let the headless equivalent replace --output",
+    )
     return parser
 
 
@@ -38,6 +56,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     # child's start-up back to multiprocessing instead of opening another window.
     multiprocessing.freeze_support()
     args = build_parser().parse_args(argv)
+    from app.source import ModelSource
+
+    source = None
+    if args.preset or args.model:
+        source = (
+            ModelSource("preset", args.preset)
+            if args.preset
+            else ModelSource("folder", str(Path(args.model).expanduser().absolute()))
+        )
+    if not args.self_test:
+        from app.platform_check import display_problem, xcb_problem
+
+        no_display = display_problem()
+        if no_display:
+            from app.headless import run_headless
+            from app.source import DEFAULT_PRESET
+
+            fallback = source or ModelSource("preset", DEFAULT_PRESET)
+            return run_headless(no_display, fallback, args.output, args.overwrite)
+        missing = xcb_problem()
+        if missing:
+            print(f"export-studio: {missing}", file=sys.stderr)
+            return 3
     from app.qt_compat import binding_problem
 
     problem = binding_problem()
@@ -48,11 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.selftest import run_self_test
 
         return run_self_test()
-    return run_app(args.settings, args.exit_when_shown)
+    return run_app(args.settings, args.exit_when_shown, source, args.output)
 
 
-def run_app(settings_file: str | None = None, exit_when_shown: bool = False) -> int:
-    """Create the QApplication and the main window, and run the event loop."""
+def run_app(
+    settings_file: str | None = None,
+    exit_when_shown: bool = False,
+    source: ModelSource | None = None,
+    output: str | None = None,
+) -> int:
+    """Create the QApplication and the main window (with ``source`` and ``output`` chosen
+    when given), and run the event loop."""
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -65,7 +112,9 @@ def run_app(settings_file: str | None = None, exit_when_shown: bool = False) -> 
     from app.windows.main_window import MainWindow
 
     qsettings = QSettings(settings_file, QSettings.Format.IniFormat) if settings_file else None
-    window = MainWindow(AppSettings(qsettings))
+    window = MainWindow(AppSettings(qsettings), source=source)
+    if output:
+        window.state.set_output(output)
     window.show()
     # Ctrl+C / SIGTERM close the window properly (cancel work, save settings). Python runs
     # signal handlers only between bytecodes, so a timer wakes the interpreter up.

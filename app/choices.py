@@ -20,7 +20,7 @@ from engine.errors import OptionsError
 from engine.options import ExportOptions
 
 if TYPE_CHECKING:
-    from app.state import ModelSource
+    from app.source import ModelSource
     from engine.spec import ModelSpec
 
 

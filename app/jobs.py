@@ -27,7 +27,7 @@ from engine.progress import CancelToken, Progress
 
 if TYPE_CHECKING:
     from app.preview_data import PreviewData
-    from app.state import ModelSource
+    from app.source import ModelSource
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from app.bench_controller import BenchController
 from app.controllers import ExportController, PreviewController
 from app.history import BenchHistory
 from app.settings import AppSettings
+from app.source import ModelSource
 from app.state import StudioState
 from app.warmup import start_warm_up
 from app.widgets.bench_panel import BenchPanel
@@ -60,13 +61,18 @@ def folder_kind(folder: Path) -> str:
 class MainWindow(QMainWindow):
     """Export Studio's one window."""
 
-    def __init__(self, settings: AppSettings | None = None) -> None:
+    def __init__(
+        self, settings: AppSettings | None = None, source: ModelSource | None = None
+    ) -> None:
+        """``source`` (e.g. from ``--preset``) replaces the last session's model."""
         super().__init__()
         self.setWindowTitle(APP_NAME)
         self.setAcceptDrops(True)
         self.settings = settings or AppSettings()
         self.state = StudioState(self)
         self.settings.restore_state(self.state)
+        if source is not None:
+            self.state.set_source(source)
         self.previewer = PreviewController(self.state)
         self.exporter = ExportController(self.state)
         self.exporter.confirm_replace = self._confirm_replace
