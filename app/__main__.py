@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from app.source import ModelSource
 
 _STARTED = time.perf_counter()
+HEAVY = ("torch", "transformers", "onnxruntime")
+"""Never needed to show the window."""
+DEFERRED = ("pyqtgraph", "numpy")
+"""Needed by the charts, which are made after the first frame."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,14 +128,21 @@ def run_app(
     wake.timeout.connect(lambda: None)
     wake.start(250)
     if exit_when_shown:
+        times: dict[str, float] = {}
+        heavy_at_show: list[str] = []
 
-        def report() -> None:
-            heavy = [m for m in ("torch", "transformers", "onnxruntime") if m in sys.modules]
+        def shown() -> None:
+            times["shown_s"] = time.perf_counter() - _STARTED
+            heavy_at_show.extend(m for m in HEAVY + DEFERRED if m in sys.modules)
+
+        def drawn() -> None:
+            times["preview_drawn_s"] = time.perf_counter() - _STARTED
             print(
                 json.dumps(
                     {
-                        "shown_s": time.perf_counter() - _STARTED,
-                        "heavy_modules": heavy,
+                        **times,
+                        "heavy_modules": [m for m in heavy_at_show if m in HEAVY],
+                        "deferred_modules_at_show": [m for m in heavy_at_show if m in DEFERRED],
                         "platform": QApplication.platformName(),
                     }
                 ),
@@ -140,7 +151,8 @@ def run_app(
             window.close()
             app.quit()
 
-        QTimer.singleShot(0, report)
+        window.firstPainted.connect(shown)
+        window.preview.drawn.connect(drawn)
     return int(app.exec())
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent, QStandardItemModel
@@ -32,15 +32,32 @@ from PySide6.QtWidgets import (
 )
 
 from app.bench_controller import BenchController
+from app.bench_metrics import METRICS
 from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
 from app.state import StudioState
 from app.theme import status_color
-from app.widgets.bench_charts import METRICS, HistoryChart, LatestRunsChart
+from app.widgets.deferred import Deferred
 from app.widgets.tables import fill_table, read_only_table
 from app.widgets.target_panel import combo, described
 from app.wording import CONTROLS
 from engine.caps import get_caps, list_eps
 from engine.units import format_bytes
+
+if TYPE_CHECKING:
+    from app.widgets.bench_charts import HistoryChart, LatestRunsChart
+
+
+def _latest_chart() -> LatestRunsChart:
+    from app.widgets.bench_charts import LatestRunsChart
+
+    return LatestRunsChart()
+
+
+def _history_chart() -> HistoryChart:
+    from app.widgets.bench_charts import HistoryChart
+
+    return HistoryChart()
+
 
 CAPTURE_CHOICES = (("off", "off"), ("on", "on"), ("off and on, side by side", "both"))
 COLUMNS = (
@@ -113,8 +130,8 @@ class BenchPanel(QWidget):
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setTextFormat(Qt.TextFormat.RichText)
-        self.latest_chart = LatestRunsChart()
-        self.history_chart = HistoryChart()
+        self._latest_chart = Deferred(_latest_chart)
+        self._history_chart = Deferred(_history_chart)
         self.history_metric = QComboBox()
         for metric in METRICS:
             self.history_metric.addItem(f"{metric.title} ({metric.unit})", metric.key)
@@ -156,13 +173,13 @@ class BenchPanel(QWidget):
         over_time = QWidget()
         history_layout = QVBoxLayout(over_time)
         history_layout.setContentsMargins(0, 0, 0, 0)
-        history_layout.addWidget(self.history_chart, 1)
+        history_layout.addWidget(self._history_chart, 1)
         history_layout.addWidget(self.history_metric)
         self.history_tabs = QTabWidget()
         self.history_tabs.addTab(self.table, "History")
         self.history_tabs.addTab(over_time, "Runs over time")
         body = QSplitter(Qt.Orientation.Vertical)
-        body.addWidget(self.latest_chart)
+        body.addWidget(self._latest_chart)
         body.addWidget(self.history_tabs)
         body.setStretchFactor(0, 3)
         body.setStretchFactor(1, 1)
@@ -189,6 +206,16 @@ class BenchPanel(QWidget):
         state.packageChanged.connect(self.set_package)
         self._loaded = False
         self._show_facts(None)
+        if state.package:  # exported before this tab was first shown
+            self.set_package(state.package)
+
+    @property
+    def latest_chart(self) -> LatestRunsChart:
+        return self._latest_chart.widget
+
+    @property
+    def history_chart(self) -> HistoryChart:
+        return self._history_chart.widget
 
     # wiring
     def set_package(self, folder: str) -> None:

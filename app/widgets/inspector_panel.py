@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -28,13 +28,30 @@ from PySide6.QtWidgets import (
 from app.inspect_data import limits_for, session_sizes, tensor_bars
 from app.package_jobs import inspect_job, package_audit_job
 from app.state import StudioState
-from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+from app.widgets.deferred import Deferred
 from app.widgets.tables import fill_table, read_only_table
 from app.wording import error_text
 from app.workers import Worker, start_worker
 from engine.caps import get_caps
 from engine.inspect import PackageInfo
 from engine.units import format_bytes
+
+if TYPE_CHECKING:
+    from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+
+
+def _sizes_chart() -> SessionSizeChart:
+    from app.widgets.charts import SessionSizeChart
+
+    chart = SessionSizeChart()
+    chart.title.setText("Bytes per session, by dtype")
+    return chart
+
+
+def _tensors_chart() -> LargestTensorsChart:
+    from app.widgets.charts import LargestTensorsChart
+
+    return LargestTensorsChart()
 
 
 class InspectorPanel(QWidget):
@@ -64,9 +81,8 @@ class InspectorPanel(QWidget):
             "&Audit graph capture", "Which nodes would break graph capture on the package's EP"
         )
         self.bench_button = _button("&Benchmark", "Benchmark this package")
-        self.sizes = SessionSizeChart()
-        self.sizes.title.setText("Bytes per session, by dtype")
-        self.tensors = LargestTensorsChart()
+        self._sizes = Deferred(_sizes_chart)
+        self._tensors = Deferred(_tensors_chart)
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("filter by name, e.g. embed or .scales")
         self.filter.setToolTip("Show only initializers whose name contains this text")
@@ -95,8 +111,8 @@ class InspectorPanel(QWidget):
             button.setEnabled(False)
         actions.addStretch(1)
         charts = QSplitter(Qt.Orientation.Horizontal)
-        charts.addWidget(self.sizes)
-        charts.addWidget(self.tensors)
+        charts.addWidget(self._sizes)
+        charts.addWidget(self._tensors)
         charts.setSizes([380, 620])
         listing = QWidget()
         listing_layout = QVBoxLayout(listing)
@@ -124,6 +140,14 @@ class InspectorPanel(QWidget):
         self.audit_button.clicked.connect(self.run_audit)
         self.config_button.clicked.connect(lambda: self.editConfigRequested.emit(self.path))
         self.bench_button.clicked.connect(lambda: self.benchmarkRequested.emit(self.path))
+
+    @property
+    def sizes(self) -> SessionSizeChart:
+        return self._sizes.widget
+
+    @property
+    def tensors(self) -> LargestTensorsChart:
+        return self._tensors.widget
 
     @property
     def path(self) -> str:

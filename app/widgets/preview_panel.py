@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -16,13 +18,31 @@ from PySide6.QtWidgets import (
 
 from app.preview_data import PreviewData
 from app.theme import status_color
-from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+from app.widgets.deferred import Deferred
 from app.widgets.tables import fill_table, read_only_table
 from engine.units import format_bytes
+
+if TYPE_CHECKING:
+    from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+
+
+def _sizes_chart() -> SessionSizeChart:
+    from app.widgets.charts import SessionSizeChart
+
+    return SessionSizeChart()
+
+
+def _tensors_chart() -> LargestTensorsChart:
+    from app.widgets.charts import LargestTensorsChart
+
+    return LargestTensorsChart()
 
 
 class PreviewPanel(QWidget):
     """Draws a :class:`PreviewData`; shows a placeholder while there is none."""
+
+    drawn = Signal()
+    """A preview (not a placeholder) is on screen, charts included."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -36,8 +56,8 @@ class PreviewPanel(QWidget):
         self.title.setWordWrap(True)
         self.facts = QLabel("")
         self.facts.setWordWrap(True)
-        self.sizes = SessionSizeChart()
-        self.tensors = LargestTensorsChart()
+        self._sizes = Deferred(_sizes_chart)
+        self._tensors = Deferred(_tensors_chart)
         self.splits = read_only_table(
             ["Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=5
         )
@@ -47,8 +67,8 @@ class PreviewPanel(QWidget):
         self.warnings.setWordWrap(True)
 
         charts = QSplitter(Qt.Orientation.Horizontal)
-        charts.addWidget(self.sizes)
-        charts.addWidget(self.tensors)
+        charts.addWidget(self._sizes)
+        charts.addWidget(self._tensors)
         charts.setSizes([380, 620])
         split_box = _boxed(
             "Split tables (what is split, into how many pieces, bytes each)", self.splits
@@ -69,6 +89,14 @@ class PreviewPanel(QWidget):
         layout.addWidget(self.title)
         layout.addWidget(self.facts)
         layout.addWidget(body, 1)
+
+    @property
+    def sizes(self) -> SessionSizeChart:
+        return self._sizes.widget
+
+    @property
+    def tensors(self) -> LargestTensorsChart:
+        return self._tensors.widget
 
     def show_preview(self, data: PreviewData | None) -> None:
         """Show ``data`` (None: the plan failed; the banner says why). While the panel is
@@ -92,8 +120,9 @@ class PreviewPanel(QWidget):
             for table in (self.splits, self.readiness):
                 table.setRowCount(0)
             self.warnings.clear()
-            self.sizes.set_sessions(())
-            self.tensors.set_tensors((), None, None)
+            if self._sizes.ready:  # nothing to draw: no reason to make the charts now
+                self.sizes.set_sessions(())
+                self.tensors.set_tensors((), None, None)
             return
         self.title.setText(data.title)
         limit = format_bytes(data.buffer_limit) if data.buffer_limit else "none"
@@ -134,6 +163,7 @@ class PreviewPanel(QWidget):
         self.readiness.resizeRowsToContents()
         self.warnings.clear()
         self.warnings.addItems(list(data.warnings) or ["No warnings."])
+        self.drawn.emit()
 
 
 def _boxed(title: str, widget: QWidget) -> QGroupBox:

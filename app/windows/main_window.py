@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QThreadPool, QTimer
+from PySide6.QtCore import QEvent, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -60,6 +60,9 @@ def folder_kind(folder: Path) -> str:
 
 class MainWindow(QMainWindow):
     """Export Studio's one window."""
+
+    firstPainted = Signal()
+    """The window is on screen (its first paint); the first preview starts then."""
 
     def __init__(
         self, settings: AppSettings | None = None, source: ModelSource | None = None
@@ -149,9 +152,25 @@ class MainWindow(QMainWindow):
         if not self.settings.restore_geometry(self):
             self.resize(*DEFAULT_SIZE)
         self.fit_to_screen()
-        self.previewer.request()
+        self.painted = False
         self.warmed_up = False
+        # The first preview and the warm-up wait for the first frame: their workers would
+        # compete with it for the GIL. A window never painted (a script) still previews.
+        QTimer.singleShot(500, self, self._on_first_paint)
+
+    def event(self, event: QEvent) -> bool:
+        handled = super().event(event)
+        if event.type() == QEvent.Type.Paint and not self.painted:
+            QTimer.singleShot(0, self, self._on_first_paint)
+        return handled
+
+    def _on_first_paint(self) -> None:
+        if self.painted:
+            return
+        self.painted = True
+        self.previewer.request()
         QTimer.singleShot(300, self, lambda: start_warm_up(self, self._warmed_up))
+        self.firstPainted.emit()
 
     def _warmed_up(self) -> None:
         self.warmed_up = True
