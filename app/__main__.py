@@ -129,10 +129,15 @@ def run_app(
     wake.start(250)
     if exit_when_shown:
         times: dict[str, float] = {}
+        geometry: dict[str, list[int]] = {}
         heavy_at_show: list[str] = []
 
         def shown() -> None:
             times["shown_s"] = time.perf_counter() - _STARTED
+            area = window.screen().availableGeometry()
+            frame = window.frameGeometry()
+            geometry["window"] = [frame.x(), frame.y(), frame.width(), frame.height()]
+            geometry["screen"] = [area.x(), area.y(), area.width(), area.height()]
             heavy_at_show.extend(m for m in HEAVY + DEFERRED if m in sys.modules)
 
         def drawn() -> None:
@@ -141,6 +146,7 @@ def run_app(
                 json.dumps(
                     {
                         **times,
+                        **geometry,
                         "heavy_modules": [m for m in heavy_at_show if m in HEAVY],
                         "deferred_modules_at_show": [m for m in heavy_at_show if m in DEFERRED],
                         "platform": QApplication.platformName(),

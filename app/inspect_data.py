@@ -56,10 +56,17 @@ def tensor_bars(info: PackageInfo, limits: Limits) -> tuple[TensorBar, ...]:
         for group in session.splits():
             grouped |= {t.name for t in group.tensors}
             bars.append(
-                _bar(group.base, group.unsplit_largest, group.largest, group.pieces, limits)
+                _bar(
+                    group.base,
+                    group.unsplit_largest,
+                    group.largest,
+                    group.pieces,
+                    limits,
+                    session.name,
+                )
             )
         bars += [
-            _bar(t.name, t.nbytes, t.nbytes, 1, limits)
+            _bar(t.name, t.nbytes, t.nbytes, 1, limits, session.name)
             for t in session.initializers
             if t.name not in grouped
         ]
@@ -67,7 +74,9 @@ def tensor_bars(info: PackageInfo, limits: Limits) -> tuple[TensorBar, ...]:
     return tuple(bars[:TOP_TENSORS])
 
 
-def _bar(name: str, unsplit: int, largest: int, pieces: int, limits: Limits) -> TensorBar:
+def _bar(
+    name: str, unsplit: int, largest: int, pieces: int, limits: Limits, session: str
+) -> TensorBar:
     over = limits.buffer is not None and largest > limits.buffer
     binding = limits.binding is not None and largest > limits.binding
-    return TensorBar(name, "", unsplit, largest, pieces, over, binding)
+    return TensorBar(name, "", unsplit, largest, pieces, over, binding, session)

@@ -53,6 +53,8 @@ class TensorBar:
     pieces: int
     over_limit: bool
     over_binding: bool = False
+    session: str = ""
+    """The session it belongs to (said on the chart when a package has several)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class SplitRow:
     axis: int | None
     note: str
     still_over: bool
+    session: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,16 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
             over = "max_buffer_size" in exceeds
             binding = "max_storage_binding_size" in exceeds
             bars.append(
-                TensorBar(w.name, w.weight.role, unsplit, largest, len(w.pieces), over, binding)
+                TensorBar(
+                    w.name,
+                    w.weight.role,
+                    unsplit,
+                    largest,
+                    len(w.pieces),
+                    over,
+                    binding,
+                    session.name,
+                )
             )
             if w.is_split or "max_buffer_size" in w.exceeds:
                 row = SplitRow(
@@ -129,6 +141,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
                     w.split_axis,
                     render(w.note),
                     over,
+                    session.name,
                 )
                 splits.append(row)
         total = sum(by_role.values())

@@ -139,6 +139,11 @@ class BenchPanel(QWidget):
         self.history_metric.setAccessibleName("History metric")
         self.table = read_only_table(COLUMNS, stretch=1)
 
+        for box in (self.runtime, self.ep, self.capture, self.history_metric):
+            box.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            box.setMinimumContentsLength(8)  # long entries must not widen a small window
         settings = QGroupBox("Run")
         grid = QGridLayout(settings)
         package_label = QLabel("P&ackage")

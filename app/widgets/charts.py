@@ -288,11 +288,15 @@ class LargestTensorsChart(ChartBox):
                 share = written / value
                 legend.append(
                     f"{name} {format_bytes(value)}: off the scale (the largest tensor is "
-                    f"{share:.1%} of it)"
+                    f"{share * 100:.2g}% of it)"
                 )
         chars = self.label_chars()
+        several = len({b.session for b in bars}) > 1
         labels = [
-            short_name(b.name, chars) + (f" ×{b.pieces}" if b.pieces > 1 else "") for b in ordered
+            (f"{b.session}: " if several else "")
+            + short_name(b.name, chars)
+            + (f" ×{b.pieces}" if b.pieces > 1 else "")
+            for b in ordered
         ]
         self.category_axis("left", labels)
         self.plot.setLabel("bottom", unit)

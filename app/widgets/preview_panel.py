@@ -59,7 +59,7 @@ class PreviewPanel(QWidget):
         self._sizes = Deferred(_sizes_chart)
         self._tensors = Deferred(_tensors_chart)
         self.splits = read_only_table(
-            ["Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=5
+            ["Session", "Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=6
         )
         self.readiness = read_only_table(["Session", "Graph capture", "Why"], stretch=2)
         self.readiness.setWordWrap(True)
@@ -70,11 +70,14 @@ class PreviewPanel(QWidget):
         charts.addWidget(self._sizes)
         charts.addWidget(self._tensors)
         charts.setSizes([380, 620])
-        split_box = _boxed(
-            "Split tables (what is split, into how many pieces, bytes each)", self.splits
+        split_box = _boxed("Split tables", self.splits)
+        split_box.setToolTip(
+            "What is split to fit the buffer limit, into how many pieces, bytes each"
         )
         right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(_boxed("Graph-capture readiness per session", self.readiness))
+        capture_box = _boxed("Graph capture", self.readiness)
+        capture_box.setToolTip("Graph-capture readiness per session, and why")
+        right.addWidget(capture_box)
         right.addWidget(_boxed("Warnings", self.warnings))
         tables = QSplitter(Qt.Orientation.Horizontal)
         tables.addWidget(split_box)
@@ -137,6 +140,7 @@ class PreviewPanel(QWidget):
             self.splits,
             [
                 (
+                    s.session,
                     s.name,
                     s.storage,
                     format_bytes(s.unsplit_bytes),
@@ -152,7 +156,8 @@ class PreviewPanel(QWidget):
         if not data.splits:
             limit = format_bytes(data.buffer_limit) if data.buffer_limit else "no limit"
             fill_table(
-                self.splits, [("nothing is split", "", "", "", "", f"every tensor fits ({limit})")]
+                self.splits,
+                [("", "nothing is split", "", "", "", "", f"every tensor fits ({limit})")],
             )
         fill_table(
             self.readiness,

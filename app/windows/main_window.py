@@ -13,7 +13,14 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QThreadPool, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
@@ -44,7 +51,7 @@ from app.widgets.target_panel import TargetPanel
 
 TABS = ("Preview", "Export", "genai_config", "Benchmark", "Inspector")
 DEFAULT_SIZE = (1440, 900)
-LEFT_WIDTH = (330, 430)
+LEFT_WIDTH = (300, 430)
 """The left panel's least and preferred widths."""
 
 
@@ -112,7 +119,12 @@ class MainWindow(QMainWindow):
         self.left_scroll = QScrollArea()
         self.left_scroll.setWidget(left)
         self.left_scroll.setWidgetResizable(True)
-        self.left_scroll.setMinimumWidth(LEFT_WIDTH[0])
+        # Never narrower than its content plus the vertical scroll bar: no clipped right edge.
+        bar = self.left_scroll.verticalScrollBar().sizeHint().width()
+        frame = 2 * self.left_scroll.frameWidth()
+        self.left_scroll.setMinimumWidth(
+            max(LEFT_WIDTH[0], left.minimumSizeHint().width() + bar + frame)
+        )
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 0)
@@ -123,6 +135,8 @@ class MainWindow(QMainWindow):
         self.split.addWidget(right)
         self.split.setStretchFactor(1, 1)
         self.split.setChildrenCollapsible(False)
+        self._columns_moved = False
+        self.split.splitterMoved.connect(lambda *_: setattr(self, "_columns_moved", True))
         self.setCentralWidget(self.split)
         self._menus()
 
@@ -184,17 +198,29 @@ class MainWindow(QMainWindow):
         screen = self.screen()
         if screen is not None:
             area = screen.availableGeometry()
-            width = min(self.width(), area.width())
-            height = min(self.height(), area.height())
+            self.winId()  # the native window: its frame (title bar, borders) is known now
+            frame = self.frameGeometry()
+            extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()
+            width = min(self.width(), area.width() - extra_w)
+            height = min(self.height(), area.height() - extra_h)
             if (width, height) != (self.width(), self.height()):
                 self.resize(width, height)
             if not area.contains(self.frameGeometry()):
                 self.move(
-                    max(area.left(), min(self.x(), area.right() - width)),
-                    max(area.top(), min(self.y(), area.bottom() - height)),
+                    max(area.left(), min(self.x(), area.right() - width - extra_w)),
+                    max(area.top(), min(self.y(), area.bottom() - height - extra_h)),
                 )
-        left = max(LEFT_WIDTH[0], min(LEFT_WIDTH[1], self.width() // 3))
+        self._size_columns()
+
+    def _size_columns(self) -> None:
+        """The left column a third of the window, between its least and preferred widths."""
+        left = max(self.left_scroll.minimumWidth(), min(LEFT_WIDTH[1], self.width() // 3))
         self.split.setSizes([left, max(self.width() - left, 1)])
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if not self._columns_moved:  # until the user drags the divider
+            self._size_columns()
 
     def _menus(self) -> None:
         bar = self.menuBar()

@@ -164,3 +164,29 @@ def test_which_environments_have_a_display():
     assert display_problem({}, "darwin") == ""
     assert uses_xcb({"DISPLAY": ":0"}, "linux")
     assert not uses_xcb({"DISPLAY": ":0", "QT_QPA_PLATFORM": "offscreen"}, "linux")
+
+
+@pytest.mark.parametrize(("width", "height"), [(1920, 1080), (1366, 768)])
+def test_at_150_percent_scaling_the_window_opens_inside_the_screen(tmp_path, width, height):
+    screen = {"screens": [{"name": "s", "x": 0, "y": 0, "width": width, "height": height}]}
+    config = tmp_path / "screen.json"
+    config.write_text(json.dumps(screen))
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": f"offscreen:configfile={config}",
+        "QT_SCALE_FACTOR": "1.5",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--exit-when-shown", "--settings", str(tmp_path / "s.ini")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[0])
+    x, y, w, h = report["window"]
+    sx, sy, sw, sh = report["screen"]
+    assert (sw, sh) == (round(width / 1.5), round(height / 1.5))
+    assert sx <= x and sy <= y and x + w <= sx + sw and y + h <= sy + sh, report

@@ -56,11 +56,12 @@ def test_changing_options_updates_the_preview_from_the_planner(qtbot, window: Ma
         w.name for s in expected.sessions for w in s.weights if w.is_split and not w.shares
     )
     table = window.preview.splits
-    assert sorted(table.item(r, 0).text() for r in range(table.rowCount())) == split
+    assert sorted(table.item(r, 1).text() for r in range(table.rowCount())) == split
+    assert {table.item(r, 0).text() for r in range(table.rowCount())} == {"decoder"}
     ple = next(
-        r for r in range(table.rowCount()) if table.item(r, 0).text().startswith("embed_tokens_per")
+        r for r in range(table.rowCount()) if table.item(r, 1).text().startswith("embed_tokens_per")
     )
-    assert table.item(ple, 3).text() == "42"  # one table per layer
+    assert table.item(ple, 4).text() == "42"  # one table per layer
     assert window.preview.tensors.bars[0].pieces == 42
     assert window.preview.readiness.rowCount() == len(expected.sessions)
     assert second.compute_ms > 0  # measured in the worker; its budget is benchmarks/app_preview.py
@@ -222,3 +223,28 @@ def test_the_output_folder_follows_the_model_and_options_until_edited(
     panel.output.setText("")
     panel.output.textEdited.emit("")  # cleared: it follows again
     assert Path(state.output).name == "gemma4-e4b-webgpu-fp16-w4-emb4"
+
+
+def test_the_preview_is_generic_over_sessions(qtbot, window: MainWindow):
+    """Multimodal packages have decoder, embedding, vision and speech sessions: every one
+    gets its bar, its split rows and its readiness row (a plan with four made here)."""
+    from dataclasses import replace
+
+    from app.preview_data import preview_from_plan
+
+    base = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
+    names = ("decoder", "embedding", "vision", "speech")
+    sessions = tuple(replace(base.decoder, name=name, filename=f"{name}.onnx") for name in names)
+    data = preview_from_plan(replace(base, sessions=sessions))
+    assert [s.name for s in data.sessions] == list(names)
+    assert [r.session for r in data.readiness] == list(names)
+    window.tabs.setCurrentWidget(window.preview)
+    window.preview.show_preview(data)
+    chart = window.preview.sizes
+    assert [c.split(" ")[0] for c in chart.categories] == list(reversed(names))
+    table = window.preview.splits
+    sessions_in_table = {table.item(r, 0).text() for r in range(table.rowCount())}
+    assert sessions_in_table == set(names)
+    assert window.preview.readiness.rowCount() == 4
+    labels = window.preview.tensors.categories
+    assert all(label.split(":")[0] in names for label in labels)
