@@ -140,7 +140,9 @@ def run_app(
             geometry["screen"] = [area.x(), area.y(), area.width(), area.height()]
             heavy_at_show.extend(m for m in HEAVY + DEFERRED if m in sys.modules)
 
-        def drawn() -> None:
+        def drawn(outcome: str = "drawn") -> None:
+            if "preview_drawn_s" in times:
+                return
             times["preview_drawn_s"] = time.perf_counter() - _STARTED
             print(
                 json.dumps(
@@ -150,6 +152,7 @@ def run_app(
                         "heavy_modules": [m for m in heavy_at_show if m in HEAVY],
                         "deferred_modules_at_show": [m for m in heavy_at_show if m in DEFERRED],
                         "platform": QApplication.platformName(),
+                        "preview": outcome,
                     }
                 ),
                 flush=True,
@@ -159,6 +162,14 @@ def run_app(
 
         window.firstPainted.connect(shown)
         window.preview.drawn.connect(drawn)
+
+        # Never wait forever: a preview that fails (bad saved options) still ends the run.
+        def failed(data: object) -> None:
+            if data is None:
+                drawn("failed")
+
+        window.state.previewChanged.connect(failed)
+        QTimer.singleShot(120_000, lambda: drawn("timed out"))
     return int(app.exec())
 
 

@@ -34,7 +34,7 @@ def equivalent_argv(source: ModelSource, output: str | None, overwrite: bool) ->
 def run_headless(reason: str, source: ModelSource, output: str | None, overwrite: bool) -> int:
     """Say why there is no window (one line), then run the headless equivalent."""
     from engine.cli import main as engine_main
-    from engine.cli_line import PROGRAM, CliLine
+    from engine.cli_line import CliLine
 
     argv = equivalent_argv(source, output, overwrite)
     print(
@@ -42,5 +42,4 @@ def run_headless(reason: str, source: ModelSource, output: str | None, overwrite
         file=sys.stderr,
         flush=True,
     )
-    _ = PROGRAM
     return engine_main(argv)

@@ -23,33 +23,17 @@ from typing import Any
 
 from engine.errors import PackageError
 
-# TensorProto.DataType -> (name, bits per element)
+_DTYPE_TABLE = """
+1 float32 32, 2 uint8 8, 3 int8 8, 4 uint16 16, 5 int16 16, 6 int32 32, 7 int64 64,
+8 string 0, 9 bool 8, 10 float16 16, 11 float64 64, 12 uint32 32, 13 uint64 64,
+14 complex64 64, 15 complex128 128, 16 bfloat16 16, 17 float8e4m3fn 8, 18 float8e4m3fnuz 8,
+19 float8e5m2 8, 20 float8e5m2fnuz 8, 21 uint4 4, 22 int4 4, 23 float4e2m1 4, 24 float8e8m0 8
+"""
 DTYPES: dict[int, tuple[str, int]] = {
-    1: ("float32", 32),
-    2: ("uint8", 8),
-    3: ("int8", 8),
-    4: ("uint16", 16),
-    5: ("int16", 16),
-    6: ("int32", 32),
-    7: ("int64", 64),
-    8: ("string", 0),
-    9: ("bool", 8),
-    10: ("float16", 16),
-    11: ("float64", 64),
-    12: ("uint32", 32),
-    13: ("uint64", 64),
-    14: ("complex64", 64),
-    15: ("complex128", 128),
-    16: ("bfloat16", 16),
-    17: ("float8e4m3fn", 8),
-    18: ("float8e4m3fnuz", 8),
-    19: ("float8e5m2", 8),
-    20: ("float8e5m2fnuz", 8),
-    21: ("uint4", 4),
-    22: ("int4", 4),
-    23: ("float4e2m1", 4),
-    24: ("float8e8m0", 8),
+    int(code): (name, int(bits))
+    for code, name, bits in (entry.split() for entry in _DTYPE_TABLE.replace("\n", " ").split(","))
 }
+"""ONNX ``TensorProto.DataType`` -> (name, bits per element)."""
 _PIECE = re.compile(r"^(?P<base>.+?)[._]part(?P<index>\d+)(?P<part>\.[A-Za-z_]+)?$")
 
 

@@ -252,7 +252,7 @@ class MainWindow(QMainWindow):
             ("Run", "export", "&Export", self.export, "Ctrl+E"),
             ("Run", "cancel", "&Cancel the export", self.exporter.cancel, "Esc"),
             ("Run", "verify", "&Verify the package", panel.verify, None),
-            ("Run", "benchmark", "Run the &benchmark", self.bench_panel.run, "Ctrl+R"),
+            ("Run", "benchmark", "Run the &benchmark", self.run_benchmark, "Ctrl+R"),
             ("Help", "about", "&About Export Studio", self.show_about, "F1"),
         ]
         table += [
@@ -272,6 +272,12 @@ class MainWindow(QMainWindow):
                 action.setShortcut(QKeySequence(shortcut))  # type: ignore[call-overload]
             menus[menu].addAction(action)
             self.menu_actions[key] = action
+        # Esc cancels an export only while one runs; otherwise it stays with the widgets
+        # (closing a cell editor, a popup).
+        cancel = self.menu_actions["cancel"]
+        cancel.setEnabled(False)
+        self.exporter.started.connect(lambda *_: cancel.setEnabled(True))
+        self.exporter.finished.connect(lambda: cancel.setEnabled(False))
 
     def _mirror_export_button(self, *_: object) -> None:
         """The left Export button is the tab's: same state, same reason."""
@@ -289,6 +295,11 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.export_panel)
         if self.export_panel.export_button.isEnabled():
             self.export_panel.export_button.click()
+
+    def run_benchmark(self) -> None:
+        """Show the Benchmark tab and run it with its settings."""
+        self.tabs.setCurrentWidget(self.bench_panel)
+        self.bench_panel.run()
 
     def _confirm_replace(self, folder: Path) -> bool:
         files = sum(1 for p in folder.rglob("*") if p.is_file())

@@ -135,6 +135,8 @@ def test_the_main_actions_have_shortcuts(qtbot, window: MainWindow):
     assert shortcuts["open_package"] == "Ctrl+Shift+O"
     assert shortcuts["about"] == "F1"
     assert [shortcuts[f"tab_{i}"] for i in range(1, 6)] == [f"Ctrl+{i}" for i in range(1, 6)]
+    assert shortcuts["cancel"] == "Esc"
+    assert not window.menu_actions["cancel"].isEnabled()  # Esc stays with the widgets
     window.activateWindow()
     window.setFocus()
     qtbot.keyClick(window, Qt.Key.Key_3, Qt.KeyboardModifier.ControlModifier)

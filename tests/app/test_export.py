@@ -12,7 +12,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.jobs import ExportRequest, run_export, run_in_process
@@ -20,62 +20,15 @@ from app.state import ModelSource
 from app.windows.main_window import MainWindow
 from engine.errors import CancelledError, EngineError
 from engine.options import ExportOptions
-from engine.presets import preset_config
 from engine.progress import CancelToken
 from tests.app.conftest import wait_for_preview
+from tests.app.heartbeat import Heartbeat, small_checkpoint_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _click(qtbot, button) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
-class Heartbeat:
-    """A 10 ms UI-thread timer that records every gap between its ticks.
-
-    A gap counts as the app holding the UI thread up only for the time that is both
-    (a) not spent by the UI thread waiting in the OS run queue for a CPU (Linux schedstat),
-    and (b) covered by CPU time its own process used. A worker holding the GIL, or the UI
-    thread computing, shows in both; a busy machine that leaves the UI thread (or the whole
-    process) waiting for a core shows in neither. Wall gaps are kept as the control: CI saw
-    114 ms wall gaps that were the machine's, not the export's.
-    """
-
-    def __init__(self) -> None:
-        self.timer = QTimer()
-        self.timer.setInterval(10)
-        self.timer.timeout.connect(self._tick)
-        self.gaps: list[tuple[float, float, float]] = []
-        """(wall ms, process CPU ms, run-queue wait ms) per gap."""
-        self._stat = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
-        self._last = (0.0, 0.0, 0.0)
-
-    def _now(self) -> tuple[float, float, float]:
-        try:
-            waited = int(self._stat.read_text().split()[1]) / 1e6
-        except (OSError, IndexError, ValueError):  # no schedstat here: count CPU time only
-            waited = 0.0
-        return time.perf_counter() * 1e3, time.process_time() * 1e3, waited
-
-    def start(self) -> None:
-        self._last = self._now()
-        self.timer.start()
-
-    def _tick(self) -> None:
-        now = self._now()
-        wall, cpu, waited = (a - b for a, b in zip(now, self._last, strict=True))
-        self.gaps.append((wall, cpu, waited))
-        self._last = now
-
-    def stop(self) -> float:
-        """The longest time the UI thread was held up by the app, in ms."""
-        self.timer.stop()
-        return max((min(wall - waited, cpu) for wall, cpu, waited in self.gaps), default=0.0)
-
-    @property
-    def worst_wall(self) -> float:
-        return max((wall for wall, _, _ in self.gaps), default=0.0)
 
 
 def _export(qtbot, window: MainWindow, output: Path, heartbeat: Heartbeat | None = None) -> object:
@@ -87,24 +40,6 @@ def _export(qtbot, window: MainWindow, output: Path, heartbeat: Heartbeat | None
     with qtbot.waitSignal(window.exporter.finished, timeout=180_000):
         _click(qtbot, window.export_panel.export_button)
     return window.exporter.result
-
-
-def small_checkpoint_config(folder: Path) -> Path:
-    """A Gemma 4 config of ~90 M parameters (about 180 MB in fp16): long enough to export
-    that a blocked UI thread would show."""
-    config = preset_config("gemma4-tiny")
-    config.update(
-        vocab_size=32768,
-        vocab_size_per_layer_input=32768,
-        hidden_size=512,
-        intermediate_size=2048,
-        num_hidden_layers=12,
-        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2,
-        hidden_size_per_layer_input=64,
-    )
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 def test_export_of_the_tiny_preset_loads_in_onnxruntime(
@@ -164,6 +99,7 @@ def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, s
     qtbot.waitUntil(reached.is_set, timeout=60_000)
     assert staged[0] and staged[0][0].startswith(".tiny.partial-")  # mid-export, really
     assert window.export_panel.cancel_button.isEnabled()
+    assert window.menu_actions["cancel"].isEnabled()  # Esc cancels while it runs
     with qtbot.waitSignal(window.exporter.cancelled, timeout=60_000):
         _click(qtbot, window.export_panel.cancel_button)
         proceed.set()
