@@ -44,7 +44,11 @@ def palette(request, qapp) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> Path:
     options = ExportOptions(
-        ep="webgpu", embedding_bits=4, max_buffer_size=16 * 1024, random_weights=True
+        ep="webgpu",
+        embedding_bits=4,
+        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
+        max_buffer_size=16 * 1024,
+        random_weights=True,
     )
     return export(
         tmp_path_factory.mktemp("screens") / "tiny-webgpu", preset="gemma4-tiny", options=options
