@@ -3,8 +3,9 @@
 The target panel offers every value but disables those that cannot work for the current
 EP and model, with the reason as the item's tooltip; the state keeps its options inside
 what is allowed (:func:`fit_options`) and says in place what it changed. Reasons come from
-the EP's capability flags and, for block sizes, from the engine's own planner: a size is
-allowed exactly when a plan with it succeeds.
+the EP's capability flags and, for the model, from the engine itself: inputs (towers) are
+allowed exactly when the model's family lays their sessions out, block sizes exactly when a
+plan with them succeeds.
 """
 
 from __future__ import annotations
@@ -58,16 +59,46 @@ def ep_constraints(caps: EpCapabilities) -> Constraints:
     return Constraints(disabled)
 
 
+def model_constraints(spec: ModelSpec, options: ExportOptions) -> Constraints:
+    """What the model itself rules out, with the engine's reason: the inputs (towers) it does
+    not have, and the block sizes its dimensions do not allow."""
+    return modality_constraints(spec).merged(fitting_block_sizes(spec, options))
+
+
+def modality_constraints(spec: ModelSpec) -> Constraints:
+    """Input choices (towers) this model cannot export, as the engine's family says: each
+    choice's sessions are laid out (no planning, milliseconds)."""
+    from engine.models import sessions_for
+
+    disabled: dict[Any, str] = {}
+    for _, value in CONTROLS["modalities"].choices:
+        if value is None:
+            continue
+        try:
+            sessions_for(spec, ExportOptions(modalities=value).resolve(), 1)
+        except OptionsError as exc:
+            disabled[value] = render(exc.raw)
+    return Constraints({"modalities": disabled})
+
+
 def fitting_block_sizes(spec: ModelSpec, options: ExportOptions) -> Constraints:
     """Block sizes the model's dimensions do not allow, with the planner's reason.
 
-    Each size is tried with the engine's planner on the CPU EP (no limits, so only the
-    quantization check can fail): weights and embeddings separately. Milliseconds each.
+    Each size is tried with the engine's planner for the EP, buffer limit and inputs
+    (towers) chosen: the EP decides what its quantized kernels read (WebGPU's 4-bit
+    embedding rows need an even block count) and the limit how tables are split. Weights and
+    embeddings are tried separately. A failing size stops at its first unfit weight; the
+    others plan whole.
     """
     from engine.plan import plan
 
+    if options.weight_bits is None and options.embedding_bits is None:
+        return Constraints()
+    base = ExportOptions(
+        ep=options.ep, max_buffer_size=options.max_buffer_size, modalities=options.modalities
+    )
     try:
-        plan(spec, ExportOptions())
+        plan(spec, base)
     except OptionsError:
         return Constraints()  # the model fails for another reason; the preview says which
     disabled: dict[str, dict[Any, str]] = {}
@@ -79,7 +110,8 @@ def fitting_block_sizes(spec: ModelSpec, options: ExportOptions) -> Constraints:
         if weight_bits is None and embedding_bits is None:
             continue
         for size in BLOCK_SIZES:
-            trial = ExportOptions(
+            trial = replace(
+                base,
                 weight_bits=weight_bits,
                 embedding_bits=embedding_bits,
                 block_size=size,
@@ -94,23 +126,38 @@ def fitting_block_sizes(spec: ModelSpec, options: ExportOptions) -> Constraints:
     return Constraints(disabled)
 
 
+def constraints_key(source: ModelSource, options: ExportOptions) -> tuple[Any, ...]:
+    """What :func:`model_constraints` depends on (its cache key)."""
+    return (
+        source,
+        options.ep,
+        options.max_buffer_size,
+        options.weight_bits,
+        options.embedding_bits,
+        options.quantize_lm_head,
+        options.symmetric,
+        options.modalities,
+    )
+
+
 def fit_options(
     options: ExportOptions, constraints: Constraints
 ) -> tuple[ExportOptions, list[str]]:
     """``options`` moved onto allowed values; returns them and a note per change."""
     notes: list[str] = []
     changes: dict[str, Any] = {}
-    for key in ("graph_capture", "weight_bits", "embedding_bits", "attention"):
+    for key in ("graph_capture", "weight_bits", "embedding_bits", "attention", "modalities"):
         value = getattr(options, key)
         reason = constraints.reason(key, value)
         if reason:
             fallback = {"graph_capture": "auto", "attention": "auto"}.get(key)
             changes[key] = fallback
-            notes.append(
-                f"{_label(key, value)} is not available ({reason}): set to {fallback or 'float'}"
-            )
+            shown = CONTROLS[key].choice_text(fallback) or fallback or "float"
+            notes.append(f"{_label(key, value)} is not available ({reason}): set to {shown}")
     for key in ("block_size", "embedding_block_size"):
         value = getattr(options, key)
+        if key == "embedding_block_size" and options.embedding_bits is not None:
+            value = value or options.block_size  # "same as weights" must fit the tables too
         if value is None or not constraints.reason(key, value):
             continue
         allowed = [b for b in BLOCK_SIZES if not constraints.reason(key, b)]
@@ -133,7 +180,8 @@ def _label(key: str, value: Any) -> str:
 
 def default_output(source: ModelSource, options: ExportOptions) -> str:
     """The package folder a model and options get by default, under ~/export-studio:
-    model, EP, dtype and bits in its name (``gemma4-e2b-webgpu-fp16-w4-emb4``)."""
+    model, EP, dtype and bits in its name (``gemma4-e2b-webgpu-fp16-w4-emb4``), and the
+    inputs when they are chosen (``...-text`` for the text decoder alone)."""
     caps = get_caps(options.ep)
     name = source.value if source.is_preset else Path(source.value).name or "model"
     parts = [name, caps.name, options.dtype or caps.default_dtype]
@@ -141,4 +189,6 @@ def default_output(source: ModelSource, options: ExportOptions) -> str:
         parts.append(f"w{options.weight_bits}")
     if options.embedding_bits:
         parts.append(f"emb{options.embedding_bits}")
+    if options.modalities is not None:
+        parts += options.modalities
     return str(Path.home() / "export-studio" / "-".join(parts))

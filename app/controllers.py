@@ -21,6 +21,7 @@ from app.jobs import (
     PreviewOutcome,
     PreviewRequest,
     audit_job,
+    constraints_job,
     preview_job,
     run_export,
     run_in_process,
@@ -96,9 +97,13 @@ class PreviewController(QObject):
             return
         state.set_source_problem(source_problem(state.source))
         options = state.options
-        state.set_model_constraints(outcome.constraints)
+        if outcome.constraints is None:
+            if not self._pending:  # a newer request finds its own
+                self._start_constraints(outcome.generation)
+        else:
+            state.set_model_constraints(outcome.constraints)
         if state.options != options:
-            return  # moved onto an allowed block size: that preview is on its way
+            return  # moved onto allowed values: that preview is on its way
         if outcome.plan_error is not None:
             self._crashed(outcome.plan_error)
             return
@@ -109,6 +114,23 @@ class PreviewController(QObject):
         self.computed.emit(data.compute_ms)
         if not self._pending:  # a newer request will audit its own plan
             self._start_audit(outcome.generation, data)
+
+    def _start_constraints(self, generation: int) -> None:
+        """Find what the model rules out (towers, block sizes) after the preview is shown;
+        the choices it rules out are disabled (and the options moved) when it arrives."""
+        request = PreviewRequest(
+            generation, self._state.source, self._state.options, self._specs, self._fits
+        )
+        worker = Worker(partial(_tagged_constraints, request), "constraints")
+        worker.signals.returned.connect(self._constrained)
+        self._audits += 1
+        worker.signals.finished.connect(self._audit_finished)
+        worker.start()
+
+    def _constrained(self, tagged: tuple[int, Any]) -> None:
+        generation, constraints = tagged
+        if generation == self._generation and not isinstance(constraints, BaseException):
+            self._state.set_model_constraints(constraints)
 
     def _start_audit(self, generation: int, data: Any) -> None:
         """Second step: audit the built graph and replace the plan-derived readiness."""
@@ -154,6 +176,16 @@ class PreviewController(QObject):
     def busy(self) -> bool:
         """A plan or an audit is still on its way."""
         return self._worker is not None or self._pending or self._audits > 0
+
+
+def _tagged_constraints(
+    request: PreviewRequest, progress: Progress, cancel: CancelToken
+) -> tuple[int, Any]:
+    try:
+        generation, constraints = constraints_job(request, progress, cancel)
+        return generation, constraints
+    except Exception as exc:
+        return request.generation, exc
 
 
 def _tagged_audit(

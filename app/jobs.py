@@ -59,8 +59,8 @@ class PreviewOutcome:
 
     generation: int
     preview: PreviewData | None = None
-    constraints: Constraints = field(default_factory=Constraints)
-    """Option values the model's dimensions rule out (block sizes)."""
+    constraints: Constraints | None = None
+    """Option values the model rules out (towers, block sizes); None: not known yet."""
     spec_error: BaseException | None = None
     """The model itself could not be read (a folder that is not a checkpoint)."""
     plan_error: BaseException | None = None
@@ -79,9 +79,11 @@ def load_spec_for(source: ModelSource) -> Any:
 
 
 def preview_job(request: PreviewRequest, progress: Progress, cancel: CancelToken) -> PreviewOutcome:
-    """Read the model (cached), find the block sizes it allows (cached), plan and summarise.
-    Failures are part of the outcome, tagged with their generation like previews."""
-    from app.choices import fitting_block_sizes
+    """Read the model (cached), plan and summarise. When the plan fails, also find what the
+    model rules out (cached), so the options can move onto allowed values; otherwise that
+    is left to :func:`constraints_job`, after the preview is shown. Failures are part of
+    the outcome, tagged with their generation like previews."""
+    from app.choices import constraints_key, model_constraints
     from app.preview_data import compute_preview
 
     source, options, generation = request.source, request.options, request.generation
@@ -91,20 +93,26 @@ def preview_job(request: PreviewRequest, progress: Progress, cancel: CancelToken
             spec = request.specs[source] = load_spec_for(source)
     except Exception as exc:
         return PreviewOutcome(generation, spec_error=exc)
-    key = (
-        source,
-        options.weight_bits,
-        options.embedding_bits,
-        options.quantize_lm_head,
-        options.symmetric,
-    )
+    key = constraints_key(source, options)
     try:
+        return PreviewOutcome(generation, compute_preview(spec, options), request.fits.get(key))
+    except Exception as exc:
         fits = request.fits.get(key)
         if fits is None:
-            fits = request.fits[key] = fitting_block_sizes(spec, options)
-        return PreviewOutcome(generation, compute_preview(spec, options), fits)
-    except Exception as exc:
-        return PreviewOutcome(generation, constraints=fits or Constraints(), plan_error=exc)
+            fits = request.fits[key] = model_constraints(spec, options)
+        return PreviewOutcome(generation, constraints=fits, plan_error=exc)
+
+
+def constraints_job(request: PreviewRequest, progress: Progress, cancel: CancelToken) -> Any:
+    """What the model rules out for these options (cached in ``request.fits``)."""
+    from app.choices import constraints_key, model_constraints
+
+    key = constraints_key(request.source, request.options)
+    fits = request.fits.get(key)
+    if fits is None:
+        spec = request.specs.get(request.source) or load_spec_for(request.source)
+        fits = request.fits[key] = model_constraints(spec, request.options)
+    return request.generation, fits
 
 
 def audit_job(plan: Any, progress: Progress, cancel: CancelToken) -> Any:

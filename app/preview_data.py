@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from app.readiness import SessionReadiness, capture_readiness
 from app.wording import render
-from engine.models import model_summary
 
 if TYPE_CHECKING:
     from engine.options import ExportOptions
@@ -29,7 +28,15 @@ ROLE_LABELS = {
     "norm": "norms",
     "scalar": "scalars",
     "rope_cache": "RoPE caches",
+    "router": "MoE routers",
+    "experts": "MoE experts",
+    "scale": "scales",
+    "bias": "biases",
+    "clip": "clip bounds",
+    "table": "position tables",
+    "conv": "convolutions",
 }
+"""Every weight role (``engine.logical.Role``) in words, for the size chart's legend."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ def _storage(w: Any) -> str:
 
 def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
     """Summarise a plan for the charts and tables."""
+    from engine.models import model_summary  # the model builders: not at start-up
+
     limit = plan.options.max_buffer_size
     sessions = []
     bars = []

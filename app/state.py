@@ -31,7 +31,10 @@ def options_from_json(text: str) -> ExportOptions | None:
     try:
         data = json.loads(text)
         known = {f.name for f in fields(ExportOptions)}
-        return ExportOptions(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if isinstance(values.get("modalities"), list):  # JSON has no tuples
+            values["modalities"] = tuple(values["modalities"])
+        return ExportOptions(**values)
     except (ValueError, TypeError, AttributeError):
         return None
 

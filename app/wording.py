@@ -118,6 +118,18 @@ CONTROLS: dict[str, Control] = {
         "(4 = int8 where the EP supports it; 0 = the EP's choice).",
         (("EP default", None), *((str(n), n) for n in range(5))),
     ),
+    "modalities": Control(
+        "Inp&uts",
+        "What the package takes besides text: images (the vision tower) and audio (the "
+        "speech tower), each exported as its own session beside an embedding session. "
+        "Choices the model's checkpoint has no tower for are disabled.",
+        (
+            ("everything the model takes", None),
+            ("text", ("text",)),
+            ("text, images", ("text", "vision")),
+            ("text, images, audio", ("text", "vision", "audio")),
+        ),
+    ),
     "max_buffer_size": Control(
         "Buffer &limit",
         "The largest single buffer (one tensor) the EP may allocate. Tables above it are split "

@@ -105,6 +105,8 @@ def _flag(action: argparse.Action, value: Any) -> list[str]:
         return [flag]
     if value is None:
         return [flag, "none"]
+    if isinstance(value, (tuple, list)):
+        return [flag, ",".join(map(str, value))]
     if action.type is not None and getattr(action.type, "__name__", "") == "size":
         return [flag, _size(int(value))]
     return [flag, str(value)]

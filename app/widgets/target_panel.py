@@ -51,6 +51,7 @@ class TargetPanel(QGroupBox):
         self.ep = combo("ep", [(get_caps(name).display_name, name) for name in list_eps()])
         for i, name in enumerate(list_eps()):
             self.ep.setItemData(i, ep_summary(get_caps(name)), Qt.ItemDataRole.ToolTipRole)
+        self.modalities = combo("modalities")
         self.dtype = combo("dtype", [])
         self.capture = combo("graph_capture")
         self.weight_bits = combo("weight_bits")
@@ -93,6 +94,7 @@ class TargetPanel(QGroupBox):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         for key, field in (
             ("ep", self.ep),
+            ("modalities", self.modalities),
             ("dtype", self.dtype),
             ("graph_capture", self.capture),
             ("weight_bits", self.weight_bits),
@@ -134,6 +136,7 @@ class TargetPanel(QGroupBox):
 
         for widget in (
             self.ep,
+            self.modalities,
             self.dtype,
             self.capture,
             self.weight_bits,
@@ -184,6 +187,7 @@ class TargetPanel(QGroupBox):
             (self.embedding_block_size, options.embedding_block_size),
             (self.quant_method, options.quant_method),
             (self.accuracy_level, options.accuracy_level),
+            (self.modalities, options.modalities),
         ):
             _select(widget, value)
         quantized = options.weight_bits is not None or options.embedding_bits is not None
@@ -216,6 +220,7 @@ class TargetPanel(QGroupBox):
             ("block_size", self.block_size),
             ("embedding_block_size", self.embedding_block_size),
             ("attention", self.attention),
+            ("modalities", self.modalities),
         ):
             model = widget.model()
             assert isinstance(model, QStandardItemModel)
@@ -276,6 +281,7 @@ class TargetPanel(QGroupBox):
             attention=self.attention.currentData(),
             random_weights=self.random_weights.isChecked() and not self._state.source.is_preset,
             seed=self.seed.value(),
+            modalities=self.modalities.currentData(),
         )
 
     def _custom_limit(self) -> int | bool | None:
@@ -330,8 +336,14 @@ def checkbox(key: str) -> QCheckBox:
     return described(QCheckBox(CONTROLS[key].label), key)
 
 
+def find_data(combo: QComboBox, data: Any) -> int:
+    """The index of the item whose data equals ``data``, or -1. Unlike ``findData``, it
+    compares Python values: a tuple (the inputs' choices) is found by value, not identity."""
+    return next((i for i in range(combo.count()) if combo.itemData(i) == data), -1)
+
+
 def _select(combo: QComboBox, data: Any) -> None:
-    index = combo.findData(data)
+    index = find_data(combo, data)
     combo.setCurrentIndex(index if index >= 0 else 0)
 
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
+from typing import get_args
 
 from PySide6.QtCore import Qt
 
+from app.preview_data import ROLE_LABELS
 from app.state import ModelSource
+from app.widgets.target_panel import find_data
 from app.windows.main_window import MainWindow
+from engine.logical import Role
 from engine.options import ExportOptions
 from engine.plan import plan
 from engine.presets import load_preset, preset_config
@@ -16,7 +21,7 @@ from tests.app.conftest import make_settings, wait_for_preview
 
 
 def _choose(combo, data) -> None:
-    index = combo.findData(data)
+    index = find_data(combo, data)
     assert index >= 0, f"{data!r} is not offered"
     combo.setCurrentIndex(index)
 
@@ -57,7 +62,9 @@ def test_changing_options_updates_the_preview_from_the_planner(qtbot, window: Ma
     )
     table = window.preview.splits
     assert sorted(table.item(r, 1).text() for r in range(table.rowCount())) == split
-    assert {table.item(r, 0).text() for r in range(table.rowCount())} == {"decoder"}
+    split_sessions = {s.name for s in expected.sessions for w in s.weights if w.is_split}
+    assert "embedding" in split_sessions  # E4B's per-layer table, in the embedding session
+    assert {table.item(r, 0).text() for r in range(table.rowCount())} == split_sessions
     ple = next(
         r for r in range(table.rowCount()) if table.item(r, 1).text().startswith("embed_tokens_per")
     )
@@ -225,26 +232,73 @@ def test_the_output_folder_follows_the_model_and_options_until_edited(
     assert Path(state.output).name == "gemma4-e4b-webgpu-fp16-w4-emb4"
 
 
-def test_the_preview_is_generic_over_sessions(qtbot, window: MainWindow):
-    """Multimodal packages have decoder, embedding, vision and speech sessions: every one
-    gets its bar, its split rows and its readiness row (a plan with four made here)."""
-    from dataclasses import replace
-
-    from app.preview_data import preview_from_plan
-
-    base = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
-    names = ("decoder", "embedding", "vision", "speech")
-    sessions = tuple(replace(base.decoder, name=name, filename=f"{name}.onnx") for name in names)
-    data = preview_from_plan(replace(base, sessions=sessions))
-    assert [s.name for s in data.sessions] == list(names)
-    assert [r.session for r in data.readiness] == list(names)
+def test_every_session_of_a_multimodal_plan_is_previewed(qtbot, window: MainWindow, screens):
+    """E2B has vision and audio towers: vision, speech, embedding and decoder sessions each
+    get their bar, their split rows and their readiness row, bytes as the planner says."""
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    _choose(window.target_panel.ep, "webgpu")
+    data = wait_for_preview(qtbot, window, lambda p: "gemma4-e2b → WebGPU" in p.title)
+    expected = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
+    names = [s.name for s in expected.sessions]
+    assert names == ["vision", "speech", "embedding", "decoder"]
+    assert [s.name for s in data.sessions] == names
+    assert data.total_bytes == expected.nbytes
+    assert sorted(r.session for r in data.readiness) == sorted(names)
+    never = {r.session for r in data.readiness if r.status == "off"}
+    assert never >= {"vision", "speech", "embedding"}  # per-input shapes: never captured
     window.tabs.setCurrentWidget(window.preview)
-    window.preview.show_preview(data)
     chart = window.preview.sizes
     assert [c.split(" ")[0] for c in chart.categories] == list(reversed(names))
     table = window.preview.splits
-    sessions_in_table = {table.item(r, 0).text() for r in range(table.rowCount())}
-    assert sessions_in_table == set(names)
+    split = {s.name for s in expected.sessions for w in s.weights if w.is_split}
+    assert split == {"embedding", "decoder"}
+    assert {table.item(r, 0).text() for r in range(table.rowCount())} == split
     assert window.preview.readiness.rowCount() == 4
     labels = window.preview.tensors.categories
     assert all(label.split(":")[0] in names for label in labels)
+    legend = {role for session in data.sessions for role in session.by_role}
+    assert {"convolutions", "clip bounds", "position tables"} <= legend  # the towers' words
+    assert legend <= set(ROLE_LABELS.values())
+    screens(window, "09-preview-e2b-webgpu-multimodal")
+
+
+def test_every_weight_role_has_words():
+    assert set(get_args(Role)) == set(ROLE_LABELS)
+
+
+def test_the_inputs_follow_the_towers_the_model_has(qtbot, window: MainWindow, screens):
+    """Inputs (towers) the model has no tower for are offered disabled with the engine's
+    reason; the chosen ones shape the plan, the output folder and the copied CLI line; a
+    choice the next model cannot take moves back to everything it takes, said in place."""
+    from engine.cli_line import parse_build_line
+
+    panel, state = window.target_panel, window.state
+    images, text = ("text", "vision"), ("text",)
+    item = panel.modalities.model().item(find_data(panel.modalities, images))
+    assert not item.isEnabled()  # the tiny preset is text only
+    assert "no vision tower" in item.toolTip()
+
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-e2b"))
+    model = panel.modalities.model()
+    assert all(model.item(i).isEnabled() for i in range(panel.modalities.count()))
+    _choose(panel.modalities, text)
+    only_text = wait_for_preview(qtbot, window, lambda p: len(p.sessions) == 1)
+    assert [s.name for s in only_text.sessions] == ["decoder"]
+    assert Path(state.output).name == "gemma4-e2b-cpu-fp32-text"
+    line = panel.window().export_panel.copy_cli()
+    assert "--modalities text " in line
+    _, parsed = parse_build_line(shlex.split(line)[4:])
+    assert parsed == state.export_options()
+
+    _choose(panel.modalities, images)
+    with_images = wait_for_preview(qtbot, window, lambda p: len(p.sessions) == 3)
+    assert [s.name for s in with_images.sessions] == ["vision", "embedding", "decoder"]
+    screens(panel, "10-target-e2b-inputs")
+
+    window.model_panel.presets.setCurrentText("gemma4-tiny")
+    qtbot.waitUntil(lambda: state.options.modalities is None, timeout=20_000)
+    assert panel.modalities.currentData() is None
+    assert "Inputs text, images is not available" in panel.note.text()
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-tiny"))
+    assert not window.banner.isVisible()

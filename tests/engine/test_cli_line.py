@@ -32,6 +32,7 @@ OPTIONS = st.builds(
     attention=st.sampled_from(["auto", "gqa", "standard"]),
     random_weights=st.booleans(),
     seed=st.sampled_from([0, 7]),
+    modalities=st.sampled_from([None, ("text",), ("text", "vision"), ("text", "vision", "audio")]),
 )
 
 
@@ -92,3 +93,9 @@ def test_the_line_runs_and_exports_those_options(tmp_path):
     resolved = options.resolve()
     for key in ("weight_bits", "block_size", "seed", "random_weights", "dtype"):
         assert manifest["options"][key] == getattr(resolved, key), key
+
+
+def test_inputs_are_written_as_one_comma_separated_flag():
+    line = build_line("o", options=ExportOptions(modalities=("text", "vision")), preset="p")
+    assert "--modalities text,vision" in line.text
+    assert "--modalities" not in build_line("o", options=ExportOptions(), preset="p").text
