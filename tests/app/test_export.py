@@ -116,26 +116,33 @@ def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, s
 def test_ui_thread_is_never_blocked_for_100_ms_during_an_export(
     qtbot, window: MainWindow, tmp_path, isolation: str
 ):
+    """Held up by the app's own work (UI thread CPU, or one other thread's CPU while it may
+    hold the GIL; :class:`Heartbeat`), so a busy machine does not fail it: it passes with
+    two CPU hogs on a 2-core machine, the wall gaps reaching 200-600 ms."""
     window.exporter.isolation = isolation
     model = small_checkpoint_config(tmp_path / "small")
     window.state.set_source(ModelSource("folder", str(model)))
     window.target_panel.random_weights.setChecked(True)
     window.target_panel.dtype.setCurrentIndex(window.target_panel.dtype.findData("fp16"))
     assert window.state.export_options().random_weights
+    # The new model's preview (plan, audit, charts) is the preview's cost, not the export's
+    # (benchmarks/app_preview.py): let it settle first.
+    wait_for_preview(qtbot, window, lambda p: p.plan.options.dtype == "fp16")
     heartbeat = Heartbeat()
     result = _export(qtbot, window, tmp_path / "small-pkg", heartbeat)
     worst = heartbeat.stop()
+    gap = heartbeat.worst()
     print(
-        f"heartbeat: {len(heartbeat.gaps)} ticks, held up at most {worst:.0f} ms "
-        f"(worst wall gap {heartbeat.worst_wall:.0f} ms)"
+        f"heartbeat: {len(heartbeat.gaps)} ticks, held up at most {worst:.0f} ms in {gap}; "
+        f"worst wall gap {heartbeat.worst_wall:.0f} ms"
     )
     assert result is not None, window.banner.text
     assert result.total_bytes > 150 * 1024**2
     assert len(heartbeat.gaps) >= 20  # the heartbeat really ran during the export
     assert ("separate process" in window.export_panel.log.toPlainText()) == (isolation == "process")
     assert worst < 100, (
-        f"the UI thread was blocked for {worst:.0f} ms by its own process "
-        f"(worst wall gap {heartbeat.worst_wall:.0f} ms)"
+        f"the UI thread was blocked for {worst:.0f} ms by its own process in {gap} ("
+        f"worst wall gap {heartbeat.worst_wall:.0f} ms)"
     )
 
 
@@ -148,6 +155,29 @@ def test_the_heartbeat_does_catch_a_blocked_ui_thread(qtbot):
         pass
     qtbot.wait(30)
     assert heartbeat.stop() >= 200
+    worst = heartbeat.worst()
+    assert worst is not None and worst.own >= 200
+
+
+def test_the_heartbeat_does_catch_a_worker_holding_the_gil(qtbot):
+    """What a numpy call on a large tensor in the export thread would do: one C call that
+    never lets the GIL go (here ``sum`` over a range), while the UI thread waits for it."""
+    n = 1_000_000
+    started = time.thread_time()
+    sum(range(n))
+    n = int(n * 0.3 / max(time.thread_time() - started, 1e-4))  # about 300 ms of CPU
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (sum(range(n)), done.set()))
+    heartbeat = Heartbeat()
+    heartbeat.start()
+    qtbot.wait(30)
+    worker.start()
+    qtbot.waitUntil(done.is_set, timeout=30_000)
+    qtbot.wait(30)
+    worker.join()
+    assert heartbeat.stop() >= 150
+    worst = heartbeat.worst()
+    assert worst is not None and worst.others >= 150 and worst.own < 50
 
 
 def test_the_heartbeat_does_not_count_time_the_os_gave_to_others(qtbot):
