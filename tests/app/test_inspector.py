@@ -68,7 +68,11 @@ def test_another_exporters_package_is_inspected_audited_and_edited(
 
 def test_our_split_package_shows_its_splits_against_its_limit(qtbot, window: MainWindow, tmp_path):
     options = ExportOptions(
-        ep="webgpu", embedding_bits=4, max_buffer_size=16 * 1024, random_weights=True
+        ep="webgpu",
+        embedding_bits=4,
+        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
+        max_buffer_size=16 * 1024,
+        random_weights=True,
     )
     result = export(tmp_path / "pkg", preset="gemma4-tiny", options=options)
     info = _inspect(qtbot, window.inspector, result.output)
