@@ -42,7 +42,7 @@ def result_from_json(data: dict[str, Any]) -> BenchResult:
 
     known = {f.name: f for f in fields(BenchResult)}
     values = {k: v for k, v in data.items() if k in known}
-    for name in ("decode_tokens_per_second_runs", "tokens", "notes"):
+    for name in ("decode_tokens_per_second_runs", "tokens", "notes", "media"):
         if name in values:
             values[name] = tuple(values[name])
     return BenchResult(**values)

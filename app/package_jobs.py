@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from app.wording import phrase
 from engine.caps import get_caps, list_eps
 from engine.errors import CancelledError
 from engine.progress import CancelToken, Progress, sub_progress
@@ -39,6 +40,20 @@ class PackageFacts:
     """Runtime name -> why it cannot run here (None: it can)."""
     eps: dict[str, str | None]
     """EP name -> why onnxruntime here cannot run it (None: it can)."""
+    media: tuple[str, ...] = ()
+    """What its prompts may carry besides text: ``image`` (a vision session), ``audio``
+    (a speech session)."""
+
+    def media_problem(self, kind: str) -> str | None:
+        """Why a prompt cannot carry ``kind`` (``image`` or ``audio``) here, or None."""
+        if kind not in self.media:
+            session = {"image": "vision", "audio": "speech"}[kind]
+            tower = {"image": "images", "audio": "audio"}[kind]
+            return (
+                f"{self.path.name} has no {session} session: export the checkpoint with "
+                f"{tower} among its {phrase('modalities')}"
+            )
+        return self.runtimes.get("genai")
 
     def capture_problem(self, ep: str | None) -> str | None:
         """Why graph capture cannot be benchmarked on ``ep`` (None = the package's), or None."""
@@ -76,13 +91,20 @@ def package_facts_job(path: Path, progress: Progress, cancel: CancelToken) -> Pa
                 f": {hint}" if hint else ""
             )
     runtimes: dict[str, str | None] = {"ort": None if offered else "onnxruntime is missing"}
+    if package.multimodal:
+        runtimes["ort"] = (
+            "a multimodal package (vision, speech and embedding sessions) runs through "
+            "onnxruntime-genai"
+        )
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
         runtimes["genai"] = "onnxruntime-genai is not installed (pip install onnxruntime-genai)"
     else:
         runtimes["genai"] = None
-    return PackageFacts(package.path, package.ep, package.share_buffer, runtimes, eps)
+    return PackageFacts(
+        package.path, package.ep, package.share_buffer, runtimes, eps, package.media
+    )
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,11 @@ class BenchRequest:
     new_tokens: int = 64
     repeats: int = 3
     capture: CaptureMode = "off"
+    images: tuple[Path, ...] = ()
+    audios: tuple[Path, ...] = ()
+    prompt: str | None = None
+    """Text of a prompt with images or audio (None: the engine's default); without
+    media the prompt is ``prompt_len`` seeded random tokens."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +141,8 @@ class BenchOutcome:
 
 def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) -> BenchOutcome:
     """Benchmark capture off and/or on; a later run that fails or is cancelled keeps the
-    earlier run's results (the outcome says what happened).
+    earlier run's results (the outcome says what happened). A request with images or
+    audio runs them through genai's own processors (``engine.runtime.media``).
 
     Raises:
         EngineError: The first run failed (nothing to keep); CancelledError included.
@@ -122,11 +150,19 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
     from engine.errors import EngineError
     from engine.runtime.bench import BenchConfig, run_bench
     from engine.runtime.generation import compare
+    from engine.runtime.media import MediaPrompt
     from engine.runtime.package import open_package
 
     package = open_package(request.package)
+    media = None
+    if request.images or request.audios:
+        media = MediaPrompt.build(
+            request.prompt, tuple(map(str, request.images)), tuple(map(str, request.audios))
+        )
+        media.check(package)
     config = BenchConfig(
         runtime=request.runtime,
+        media=media,
         ep=request.ep,
         prompt_length=request.prompt_len,
         new_tokens=request.new_tokens,

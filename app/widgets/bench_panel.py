@@ -37,6 +37,7 @@ from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
 from app.state import StudioState
 from app.theme import status_color
 from app.widgets.deferred import Deferred
+from app.widgets.media_inputs import MediaInputs, media_words
 from app.widgets.tables import fill_table, read_only_table
 from app.widgets.target_panel import combo, described
 from app.wording import CONTROLS
@@ -117,6 +118,7 @@ class BenchPanel(QWidget):
             "checked against the other: same greedy tokens). Offered only where the "
             "package and the EP can capture."
         )
+        self.media = MediaInputs()
         self.run_button = QPushButton("Run &benchmark")
         self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
         self.cancel_button = QPushButton("Cancel")
@@ -167,12 +169,13 @@ class BenchPanel(QWidget):
                 buddy.setBuddy(widget)
                 grid.addWidget(buddy, row, column * 2)
                 grid.addWidget(widget, row, column * 2 + 1, 1, 1 + column)
+        grid.addWidget(self.media, 4, 0, 1, 5)
         buttons = QHBoxLayout()
         for button in (self.run_button, self.cancel_button, self.clear_button):
             buttons.addWidget(button)
         buttons.addWidget(self.progress, 1)
-        grid.addLayout(buttons, 4, 0, 1, 5)
-        grid.addWidget(self.note, 5, 0, 1, 5)
+        grid.addLayout(buttons, 5, 0, 1, 5)
+        grid.addWidget(self.note, 6, 0, 1, 5)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
         over_time = QWidget()
@@ -197,6 +200,7 @@ class BenchPanel(QWidget):
         self.browse.clicked.connect(self._browse)
         self.package.editingFinished.connect(lambda: controller.inspect(self.package.text()))
         self.ep.currentIndexChanged.connect(lambda *_: self._show_capture_choices())
+        self.media.changed.connect(self._show_runtime_choices)
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(controller.cancel)
         self.clear_button.clicked.connect(controller.clear_history)
@@ -234,16 +238,36 @@ class BenchPanel(QWidget):
 
     def _show_facts(self, facts: PackageFacts | None) -> None:
         self.run_button.setEnabled(facts is not None and not self.controller.running)
+        self.media.set_facts(facts)
         if facts is None:
             self.run_button.setToolTip("Choose a package folder first")
             return
         self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
         self.ep.setItemText(0, f"the package's EP ({get_caps(facts.ep).display_name})")
         _disable(self.ep, {None: facts.eps.get(facts.ep), **facts.eps})
-        _disable(self.runtime, facts.runtimes)
-        for box in (self.ep, self.runtime):
-            _keep_enabled_choice(box)
+        _keep_enabled_choice(self.ep)
+        self._show_runtime_choices()
         self._show_capture_choices()
+
+    def _show_runtime_choices(self) -> None:
+        """Prompts with images or audio run through genai, whose processors read them; their
+        length comes from the processor, not from the prompt-tokens setting."""
+        facts = self.controller.facts
+        if facts is None:
+            return
+        media = self.media.any
+        reasons = dict(facts.runtimes)
+        if media and not reasons.get("ort"):
+            reasons["ort"] = "prompts with images or audio run through onnxruntime-genai"
+        _disable(self.runtime, reasons)
+        _keep_enabled_choice(self.runtime)
+        self.prompt_len.setEnabled(not media)
+        self.prompt_len.setToolTip(
+            "Not used: the prompt is the text with the image and audio, as genai's "
+            "processor makes it"
+            if media
+            else CONTROLS["prompt_len"].help
+        )
 
     def _show_capture_choices(self) -> None:
         facts = self.controller.facts
@@ -267,6 +291,9 @@ class BenchPanel(QWidget):
             self.new_tokens.value(),
             self.repeats.value(),
             self.capture.currentData(),
+            self.media.images,
+            self.media.audios,
+            self.media.text,
         )
         worker = self.controller.run(request)
         if worker is not None:
@@ -285,6 +312,14 @@ class BenchPanel(QWidget):
         self.progress.setValue(1000)
         runs = len(outcome.results)
         lines = [f"Done: {runs} run{'s' * (runs != 1)} recorded."]
+        if outcome.results and outcome.results[0].media:
+            first = outcome.results[0]
+            lines.append(
+                f"Prompt with {media_words(first.media)} ({first.prompt_length} tokens after "
+                f"genai's processor): first token in "
+                f"{first.time_to_first_token_seconds * 1e3:,.0f} ms with the encoders, then "
+                f"{first.decode_tokens_per_second:,.1f} tok/s."
+            )
         if outcome.agreement is not None:
             a = outcome.agreement
             lines.append(
@@ -337,7 +372,7 @@ class BenchPanel(QWidget):
                     r.runtime,
                     r.ep,
                     "on" if r.graph_capture else "off",
-                    r.prompt_length,
+                    f"{r.prompt_length} + {media_words(r.media)}" if r.media else r.prompt_length,
                     r.new_tokens,
                     f"{r.load_seconds:.2f}",
                     f"{r.time_to_first_token_seconds * 1e3:,.1f}",

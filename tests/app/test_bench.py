@@ -16,7 +16,7 @@ from app.package_jobs import BenchRequest, bench_job
 from app.state import StudioState
 from app.widgets.bench_panel import BenchPanel
 from app.windows.main_window import MainWindow
-from engine.errors import CancelledError
+from engine.errors import CancelledError, EngineError
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.progress import CancelToken
@@ -145,3 +145,80 @@ def test_the_bench_job_is_a_plain_function(packages):
     cancel.cancel()
     with pytest.raises(CancelledError):
         bench_job(request, lambda f, m: None, cancel)
+
+
+@pytest.fixture(scope="module")
+def mm_packages(tmp_path_factory) -> dict[str, Path]:
+    """A tiny multimodal checkpoint exported whole and without its audio tower, and an image
+    and a clip to send (no downloads)."""
+    from tests._support.media import write_png, write_wav
+    from tests._support.tiny_gemma_mm import make_mm_checkpoint
+
+    root = tmp_path_factory.mktemp("mm-bench")
+    make_mm_checkpoint(root / "ckpt")
+    return {
+        "all": export(root / "all", model_dir=root / "ckpt").output,
+        "vision": export(
+            root / "vision",
+            model_dir=root / "ckpt",
+            options=ExportOptions(modalities=("text", "vision")),
+        ).output,
+        "image": write_png(root / "picture.png", 120, 64),
+        "audio": write_wav(root / "clip.wav", 1.2),
+    }
+
+
+def test_an_image_and_audio_prompt_runs_through_genai_with_the_encoders(
+    qtbot, window: MainWindow, mm_packages, screens
+):
+    panel = _open(qtbot, window, mm_packages["all"])
+    media = panel.media
+    assert media.paths["image"].isEnabled() and media.paths["audio"].isEnabled()
+    assert not _enabled(panel.runtime, "ort")  # our loop runs text packages only
+    assert "multimodal" in panel.runtime.model().item(panel.runtime.findData("ort")).toolTip()
+    assert panel.runtime.currentData() == "genai"
+    media.paths["image"].setText(str(mm_packages["image"]))
+    media.paths["audio"].setText(str(mm_packages["audio"]))
+    media.prompt.setText("look and listen")
+    assert not panel.prompt_len.isEnabled()  # the processor makes the prompt
+    panel.repeats.setValue(2)
+    with qtbot.waitSignal(panel.finished, timeout=180_000) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    outcome = done.args[0]
+    assert outcome.request.images == (mm_packages["image"],)
+    (result,) = outcome.results
+    assert result.runtime == "genai" and result.media == ("image", "audio")
+    assert result.prompt_length > 8  # the image's and the clip's tokens are in it
+    assert result.time_to_first_token_seconds > 0 and result.decode_tokens_per_second > 0
+    assert "Prompt with 1 image and 1 audio clip" in panel.note.text()
+    assert panel.table.item(0, 5).text() == f"{result.prompt_length} + 1 image and 1 audio clip"
+    assert not window.banner.isVisible()
+    screens(window, "11-benchmark-image-audio")
+    reopened = BenchHistory(window.settings.data_dir())
+    assert reopened.runs[-1].result == result  # media and all, read back
+
+
+def test_media_pickers_say_why_a_package_cannot_take_them(qtbot, window: MainWindow, mm_packages):
+    panel = _open(qtbot, window, mm_packages["vision"])
+    media = panel.media
+    assert media.paths["image"].isEnabled()
+    assert not media.paths["audio"].isEnabled() and not media.browse["audio"].isEnabled()
+    assert "no speech session" in media.paths["audio"].toolTip()
+    assert "“Inputs”" in media.paths["audio"].toolTip()  # where to choose the tower
+
+
+def test_a_text_package_takes_no_media(qtbot, window: MainWindow, packages):
+    panel = _open(qtbot, window, packages["cpu"])
+    for kind in ("image", "audio"):
+        assert not panel.media.paths[kind].isEnabled()
+    assert "no vision session" in panel.media.paths["image"].toolTip()
+    assert not panel.media.prompt.isEnabled()
+    assert panel.prompt_len.isEnabled() and _enabled(panel.runtime, "ort")
+
+
+def test_media_the_package_cannot_take_fail_before_any_run(mm_packages):
+    request = BenchRequest(
+        mm_packages["vision"], "genai", audios=(mm_packages["audio"],), new_tokens=2, repeats=1
+    )
+    with pytest.raises(EngineError, match="cannot take audio input"):
+        bench_job(request, lambda f, m: None, CancelToken())
