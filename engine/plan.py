@@ -371,12 +371,16 @@ def _check_gbq_blocks(wp: WeightPlan, options: ExportOptions) -> None:
         width = piece.tensors[0].shape[-1] * 2  # 4-bit codes: two per byte
         if -(-width // wp.block_size) % 2:  # a partial last block counts
             fitting = [b for b in BLOCK_SIZES if -(-width // b) % 2 == 0]
-            bits = "weight_bits" if wp.weight.role == "experts" else "embedding_bits"
+            eight_bits = (
+                option("weight_bits", "8")
+                if wp.weight.role == "experts"
+                else option("embedding_bits", "8")
+            )
             raise OptionsError(
                 f"{wp.name}: {caps.display_name}'s GatherBlockQuantized cannot read 4-bit rows "
                 f"of {-(-width // wp.block_size)} blocks (an odd count); choose a "
                 f"{option('block_size')} that gives an even count "
-                f"({', '.join(map(str, fitting)) or 'none fits'}) or {option(bits, 8)}"
+                f"({', '.join(map(str, fitting)) or 'none fits'}) or {eight_bits}"
             )
 
 

@@ -75,6 +75,11 @@ class MediaPrompt:
 
         return tensor.as_numpy() if hasattr(tensor, "as_numpy") else np.asarray(tensor)
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """One entry per file: ``image`` or ``audio``."""
+        return ("image",) * len(self.images) + ("audio",) * len(self.audios)
+
     def describe(self) -> str:
         parts = [f"{len(self.images)} image(s)"] if self.images else []
         parts += [f"{len(self.audios)} audio clip(s)"] if self.audios else []
