@@ -343,6 +343,10 @@ def write_shards(rng: random.Random, base: Base, folder: Path, case: Case) -> No
             ["wrong", "missing", "outside", "absolute", "type", "map", "stray", "dup", "drop"]
         )
         name = rng.choice(names)
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            break  # an earlier mutation replaced the map: nothing left to mutate in it
+        home = next(f for f, members in groups.items() if name in members)
+        weight_map = {**weight_map, name: home}  # an earlier "drop" may have removed it
         if action == "wrong":
             other = next(f for f in groups if f != weight_map[name])
             index["weight_map"][name] = other
