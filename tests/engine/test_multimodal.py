@@ -197,3 +197,20 @@ def test_bidirectional_image_attention_keeps_vision_out(tmp_path: Path) -> None:
     assert [s.name for s in plan(spec, ExportOptions()).sessions] == ["decoder"]
     with pytest.raises(EngineError, match="attend to each other both ways"):
         plan(spec, ExportOptions(modalities=("text", "vision")))
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", "trt-rtx"])
+def test_gpu_packages_build_and_pass_the_checker(tmp_path: Path, ep: str) -> None:
+    """EPs this machine cannot run: every session of the package passes ONNX's full checker
+    (external data included), and genai_config names the EP for every session."""
+    import onnx
+
+    from engine.caps import get_caps
+
+    _, package = _export(tmp_path, "base", ep=ep, weight_bits=4)
+    config = json.loads((package / "genai_config.json").read_text())["model"]
+    provider = get_caps(ep).genai_provider
+    for session in ("vision", "speech", "embedding", "decoder"):
+        onnx.checker.check_model(str(package / config[session]["filename"]), full_check=True)
+        providers = config[session]["session_options"]["provider_options"]
+        assert [next(iter(p)) for p in providers] == [provider], (session, providers)
