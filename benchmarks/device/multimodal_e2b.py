@@ -126,6 +126,48 @@ def bench(args: argparse.Namespace, report: Report, package: Path, name: str, ex
     report.stage(f"bench_{name}", Child(cmd).json(min(args.bench_timeout_s, report.remaining())))
 
 
+_FIRST_STEPS = """
+import json, sys
+import numpy as np
+from engine.runtime.genai_runner import GenaiRunner
+from engine.runtime.media import MediaPrompt
+package, capture, image, clip, out = sys.argv[1:6]
+runner = GenaiRunner(package, graph_capture=capture == "on")
+prompt = MediaPrompt.build("Describe the picture and the sound.", (image,), (clip,))
+run = runner.generate_media(prompt, 4, keep_logits=True)
+np.save(out, np.stack(run.logits))
+print(json.dumps({"tokens": list(run.tokens), "prompt_length": run.prompt_length}))
+"""
+
+
+def first_steps(args: argparse.Namespace, report: Report, package: Path, image: Path, clip: Path):
+    """The image + clip prompt's first 4 steps with capture off, off again (a fresh
+    process) and on: logits compared, top-2 margins, non-finite counts."""
+    import numpy as np
+
+    modes = ["off", "off", "on"] if args.ep != "cpu" else ["off", "off"]
+    runs, arrays = [], []
+    for i, mode in enumerate(modes):
+        out = Path(args.work) / f"logits-{i}.npy"
+        cmd = [sys.executable, "-c", _FIRST_STEPS, str(package), mode, str(image), str(clip)]
+        result = Child([*cmd, str(out)]).json(min(90, report.remaining() - 10))
+        result["capture"] = mode
+        runs.append(result)
+        arrays.append(np.load(out) if out.is_file() else None)
+    summary: dict[str, Any] = {"runs": runs}
+    if arrays[0] is not None:
+        first = arrays[0][0]
+        top = np.sort(first[np.isfinite(first)])[-2:]
+        summary["step0_top2_margin"] = float(top[-1] - top[0]) if top.size == 2 else None
+        summary["step0_nonfinite"] = int((~np.isfinite(first)).sum())
+        summary["step0_abs_max"] = float(np.nanmax(np.abs(first)))
+        for i, other in enumerate(arrays[1:], start=1):
+            if other is not None:
+                diff = np.abs(other - arrays[0][: len(other)])
+                summary[f"max_abs_diff_vs_run{i}_{modes[i]}"] = [float(np.nanmax(d)) for d in diff]
+    report.stage("first_steps", summary)
+
+
 def media(work: Path) -> tuple[Path, Path]:
     from tests._support.media import write_png, write_wav
 
@@ -174,6 +216,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--export-timeout-s", type=float, default=240)
     parser.add_argument("--bench-timeout-s", type=float, default=150)
+    parser.add_argument(
+        "--first-steps", action="store_true", help="compare the first steps' logits too"
+    )
+    parser.add_argument("--skip-bench", action="store_true", help="only the first steps")
     args = parser.parse_args()
     args.ep = args.ep or ("cpu" if args.tiny else "webgpu")
     work = Path(args.work)
@@ -190,21 +236,15 @@ def main() -> None:
     if package is not None:
         image, clip = media(work)
         prompt = "<|image|><|audio|>Describe the picture and the sound."
-        bench(
-            args,
-            report,
-            package,
-            "image_audio",
-            ["--image", str(image), "--audio", str(clip), "--prompt", prompt],
-        )
-        bench(
-            args,
-            report,
-            package,
-            "image",
-            ["--image", str(image), "--prompt", "<|image|>What is this?"],
-        )
-        bench(args, report, package, "text", ["--prompt-len", "128"])
+        prompts = {
+            "image_audio": ["--image", str(image), "--audio", str(clip), "--prompt", prompt],
+            "image": ["--image", str(image), "--prompt", "<|image|>What is this?"],
+            "text": ["--prompt-len", "128"],
+        }
+        for name, extra in prompts.items() if not args.skip_bench else ():
+            bench(args, report, package, name, extra)
+        if args.first_steps:
+            first_steps(args, report, package, image, clip)
         shutil.rmtree(package, ignore_errors=True)
     report.data["summary"] = summarize(report.data["stages"])
     report.data["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
