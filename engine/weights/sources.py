@@ -22,6 +22,59 @@ class WeightSource(Protocol):
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray: ...
 
 
+PartReader = Callable[[LogicalWeight, int, int, int], np.ndarray]
+
+
+def read_fused(
+    weight: LogicalWeight, axis: int, start: int, stop: int, read_part: PartReader
+) -> np.ndarray:
+    """A slice of a fused weight, assembled from its parts (concatenated along axis 0).
+
+    Only the parts a row slice overlaps are read, each over just the overlapping rows, so
+    a fused weight streams like an ordinary one; a column slice (``axis`` > 0) reads that
+    slice of every part. A part one rank below the weight is one row per ``repeat``.
+    """
+    rank = len(weight.shape)
+    chunks = []
+    offset = 0
+    for part in weight.parts:
+        rows = part.part_rows(rank)
+        lo, hi = (
+            (max(start, offset), min(stop, offset + rows)) if axis == 0 else (offset, offset + rows)
+        )
+        offset += rows
+        if lo >= hi:
+            continue
+        lo, hi = lo - (offset - rows), hi - (offset - rows)
+        chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, read_part))
+    return np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+
+
+def _part_rows(
+    part: LogicalWeight,
+    rank: int,
+    axis: int,
+    start: int,
+    stop: int,
+    lo: int,
+    hi: int,
+    read_part: PartReader,
+) -> np.ndarray:
+    """Rows ``lo:hi`` of one part's stacked copies (columns ``start:stop`` when axis > 0)."""
+    if len(part.shape) < rank:  # a row repeated ``repeat`` times
+        row = (
+            read_part(part, axis - 1, start, stop)
+            if axis > 0
+            else read_part(part, 0, 0, part.shape[0])
+        )
+        return np.broadcast_to(row, (hi - lo, *row.shape)).copy()
+    base = part.shape[0]
+    if part.repeat == 1:
+        return read_part(part, 0, lo, hi) if axis == 0 else read_part(part, axis, start, stop)
+    whole = read_part(part, 0, 0, base) if axis == 0 else read_part(part, axis, start, stop)
+    return whole[np.arange(lo, hi) % base]
+
+
 class CheckpointSource:
     """Logical weights read from a safetensors checkpoint folder, by their ``source`` key."""
 
@@ -34,7 +87,9 @@ class CheckpointSource:
         """``needed``: every weight the export reads; ``ignorable``: checkpoint keys it may
         leave unread without complaint (towers not exported, unused tensors)."""
         self.checkpoint = Checkpoint(folder)
-        self.needed = {w.source: w for w in needed if w.source is not None}
+        self.needed = {
+            p.source: p for w in needed for p in (w.parts or (w,)) if p.source is not None
+        }
         self.ignorable = ignorable
 
     def validate(self) -> None:
@@ -74,6 +129,10 @@ class CheckpointSource:
             )
 
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+        if weight.parts:
+            return read_fused(weight, axis, start, stop, self.read)
+        if weight.source is None and weight.fill is not None:
+            return _filled(weight, axis, start, stop)
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
         return self.checkpoint.read(weight.source, axis, start, stop)
@@ -91,6 +150,10 @@ class RandomSource:
         self.std = std
 
     def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+        # A fused weight draws each part under the part's own name: the same numbers as
+        # the unfused weights wherever the row chunks fall on part boundaries.
+        if weight.parts:
+            return read_fused(weight, axis, start, stop, self.read)
         shape = list(weight.shape)
         if shape:
             shape[axis] = stop - start
@@ -108,3 +171,11 @@ class RandomSource:
         else:
             out *= 2 * self.std * 3**0.5
         return out
+
+
+def _filled(weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    shape = list(weight.shape)
+    if shape:
+        shape[axis] = stop - start
+    assert weight.fill is not None
+    return np.full(shape, weight.fill, dtype=np.float32)
