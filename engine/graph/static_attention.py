@@ -16,7 +16,9 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
 * a KV-owning layer projects Q/K/V as one MatMul and norms every head at once (the
   caller does both), rotates q and k together, and writes k and v into the shared
   ``[B, kv, L, D]`` buffers with ScatterElements, in place (present is bound to past's
-  buffer, as onnxruntime-genai does with ``past_present_share_buffer``);
+  buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
+  fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
+  (onnxruntime-genai allocates every cache in the type of the first past input);
 * attention is explicit in fp32: ``softmax(q @ K^T + bias) @ V`` over a gathered window of
   ``W + S - 1`` slots for sliding layers (their cost never depends on the buffer) and over
   the whole buffer for full layers;
@@ -40,6 +42,8 @@ from engine.spec import AttentionKind, LayerSpec
 F32 = ir.DataType.FLOAT
 CORE_DTYPE = "fp32"
 """Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V)."""
+KV_DTYPE = F32
+"""Dtype of the KV buffers (the core's)."""
 
 
 @dataclass
@@ -142,8 +146,6 @@ def _buffer_positions(ctx: BuildContext, keys: ir.Value) -> ir.Value:
     op = ctx.op
     index_0 = _const(ctx, 0, np.int64, "index_0")
     row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
-    if row.dtype != F32:
-        row = op.Cast(row, to=F32)
     same = op.Equal(row, row)
     ones = op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
     axis = _const(ctx, 1, np.int32, "axis_1_i32")
@@ -198,11 +200,8 @@ def shared_query(
 
 
 def _cache_layout(ctx: BuildContext, x: ir.Value, kv: int, dim: int) -> ir.Value:
-    """New K or V ([B, S, kv * D] or [B, S, kv, D], fp32) as the cache stores it:
-    [B, kv, S, D] in the activation dtype."""
+    """New K or V ([B, S, kv * D] or [B, S, kv, D]) as the cache stores it: [B, kv, S, D]."""
     op = ctx.op
-    if ctx.dtype != F32:
-        x = op.Cast(x, to=ctx.dtype)
     if kv == 1:  # [B, S, 1, D] and [B, 1, S, D] have one memory layout
         return op.Reshape(x, ctx.ints([0, 1, -1, dim]))
     return op.Transpose(op.Reshape(x, ctx.ints([0, 0, kv, dim])), perm=[0, 2, 1, 3])
@@ -215,7 +214,7 @@ def _prepare(
     keys: ir.Value,
     values: ir.Value,
 ) -> tuple[ir.Value, ir.Value]:
-    """fp32 K^T and V a layer attends over: the sliding window's slots, or the buffer.
+    """K^T and V a layer attends over: the sliding window's slots, or the whole buffer.
 
     Rank 4 ([B, 1, D, T], [B, 1, T, D]) with one KV head, which broadcasts against q
     [B, S, N, D]; rank 5 ([B, 1, kv, D, T] ...) with several, against q [B, S, kv, G, D].
@@ -226,8 +225,7 @@ def _prepare(
         slots, _ = _window(ctx, inputs)
         keys = op.Gather(keys, slots, axis=2)
         values = op.Gather(values, slots, axis=2)
-    keys_t = op.Transpose(to_core(ctx, keys), perm=[0, 1, 3, 2])
-    values = to_core(ctx, values)
+    keys_t = op.Transpose(keys, perm=[0, 1, 3, 2])
     if kv > 1:
         keys_t = op.Reshape(keys_t, ctx.ints([0, 1, kv, dim, -1]))
         values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))

@@ -319,8 +319,8 @@ class TextDecoder(Module):
                 "total_sequence_length",
                 layer_spec.head_dim,
             ]
-            ctx.output(key, f"present.{cache}.key", ctx.dtype, kv_shape)
-            ctx.output(value, f"present.{cache}.value", ctx.dtype, kv_shape)
+            ctx.output(key, f"present.{cache}.key", state.kv_dtype, kv_shape)
+            ctx.output(value, f"present.{cache}.value", state.kv_dtype, kv_shape)
 
 
 @dataclass
@@ -333,9 +333,13 @@ class _DecoderState:
     presents: dict[int, tuple[ir.Value, ir.Value]]
     use_gqa: bool
     static: sattn.StaticInputs | None
+    kv_dtype: ir.DataType
 
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
+        self.use_gqa = ctx.plan.uses_gqa
+        static_kv = self.use_gqa and ctx.caps.explicit_attention_over_cache
+        self.kv_dtype = sattn.KV_DTYPE if static_kv else ctx.dtype
         self.past = []
         for cache, layer in enumerate(spec.kv_layers):
             shape: list[int | str] = [
@@ -346,14 +350,13 @@ class _DecoderState:
             ]
             self.past.append(
                 (
-                    ctx.input(f"past_key_values.{cache}.key", ctx.dtype, shape),
-                    ctx.input(f"past_key_values.{cache}.value", ctx.dtype, shape),
+                    ctx.input(f"past_key_values.{cache}.key", self.kv_dtype, shape),
+                    ctx.input(f"past_key_values.{cache}.value", self.kv_dtype, shape),
                 )
             )
-        self.use_gqa = ctx.plan.uses_gqa
         self.presents = {}
         self.static = None
-        if self.use_gqa and ctx.caps.explicit_attention_over_cache:
+        if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
             rope = {kind: attn.rope_caches(ctx, kind) for kind in attention_kinds(spec)}
             positions = attn.query_positions(ctx, tokens, attention_mask)
