@@ -61,12 +61,12 @@ class AttentionInputs:
     seqlens_k: ir.Value | None = None
     total_length: ir.Value | None = None
     query_positions: ir.Value | None = None
-    """Positions of the new tokens: int64 [S] (standard) or float32 [B, S] (cached)."""
+    """Positions of the new tokens, int64 [S] (standard path)."""
     caches: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     rope_rows: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     """cos / sin rows of the query positions, [1 or B, S, 1, head_dim]."""
     bias: dict[AttentionKind, ir.Value] = field(default_factory=dict)
-    """Additive masks [B, 1, S, T] by attention kind (standard and cached paths)."""
+    """Additive masks [B, 1, S, T] by attention kind (standard path)."""
     empty_kv: dict[int, ir.Value] = field(default_factory=dict)
 
 
