@@ -43,7 +43,16 @@ class SessionReadiness:
 
 def capture_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
     """Readiness of every session as far as the plan and the EP's flags tell (fast)."""
-    return tuple(_from_plan(plan, session.name) for session in plan.sessions)
+    from engine.models import plan_sessions
+
+    out = []
+    for session in plan_sessions(plan):
+        if plan.caps.graph_capture and session.never_captured:
+            reason = f"never captured: {session.never_captured}"
+            out.append(SessionReadiness(session.name, "off", (reason,)))
+        else:
+            out.append(_from_plan(plan, session.name))
+    return tuple(out)
 
 
 def audit_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
@@ -54,27 +63,35 @@ def audit_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
     """
     from engine.audit import audit_model, decide_capture
     from engine.errors import OptionsError
-    from engine.models import build_decoder
+    from engine.models import build_session, plan_sessions
     from engine.rewrites import apply_rewrites
 
     caps, mode = plan.caps, plan.options.graph_capture
-    model = build_decoder(plan)
-    apply_rewrites(model, caps)
-    audit = audit_model(model, caps, plan.decoder.name)
-    if not caps.graph_capture:
-        status: Status = "unsupported"
-        reasons = [f"{caps.display_name} has no graph capture"]
-    else:
-        try:
-            on, reasons = decide_capture(audit, plan.uses_gqa, mode)
-        except OptionsError:  # "on" that cannot be honoured: the export will refuse
-            on, reasons = False, audit.reasons() or ["the audit refuses capture"]
-        status = "ready" if on else "off" if mode == "off" else "blocked"
-        if on:
-            reasons = [f"audit passed: {sum(audit.op_counts.values())} nodes, none breaks capture"]
-        elif mode == "off" and not reasons:
-            reasons = ["set to off; the audit finds nothing that breaks capture"]
-    return (SessionReadiness(plan.decoder.name, status, tuple(reasons), "audit"),)
+    out = []
+    for session in plan_sessions(plan):
+        model = build_session(plan, session.name)
+        apply_rewrites(model, caps)
+        audit = audit_model(model, caps, session.name)
+        if not caps.graph_capture:
+            status: Status = "unsupported"
+            reasons = [f"{caps.display_name} has no graph capture"]
+        else:
+            try:
+                on, reasons = decide_capture(
+                    audit, plan.uses_gqa, mode, never=session.never_captured
+                )
+            except OptionsError:  # "on" that cannot be honoured: the export will refuse
+                on, reasons = False, audit.reasons() or ["the audit refuses capture"]
+            status = (
+                "ready" if on else "off" if mode == "off" or session.never_captured else "blocked"
+            )
+            if on:
+                count = sum(audit.op_counts.values())
+                reasons = [f"audit passed: {count} nodes, none breaks capture"]
+            elif mode == "off" and not reasons:
+                reasons = ["set to off; the audit finds nothing that breaks capture"]
+        out.append(SessionReadiness(session.name, status, tuple(reasons), "audit"))
+    return tuple(out)
 
 
 def _from_plan(plan: ExportPlan, session: str) -> SessionReadiness:

@@ -1,23 +1,39 @@
-"""Export the full-size Gemma 4 E2B architecture (random weights) and report where time
-and memory go. Prints one JSON object.
+"""Export full-size Gemma 4 architectures and report where time and memory go. Prints one
+JSON object.
 
-    python benchmarks/export_e2b.py [--ep cpu] [--dtype fp16] [--weight-bits 4] [--embedding-bits 4]
+One export (in this process):
 
-Peak RSS is compared with the largest single planned tensor: streaming means the
-export never holds much more than that tensor plus the writer's in-flight budget.
+    python benchmarks/export_e2b.py [--preset gemma4-e2b] [--ep cpu] [--dtype fp16]
+        [--weight-bits 4] [--embedding-bits 4] [--model CHECKPOINT_DIR]
+
+The memory matrix (goal: every E2B / E4B export peaks at <= 2 GiB RSS): every preset x
+variant in its own child process, whose peak RSS is read from the kernel (``wait4``) when
+it exits, so one export's peak never hides another's:
+
+    python benchmarks/export_e2b.py --matrix [--presets gemma4-e2b,gemma4-e4b]
+        [--variants cpu-fp32,cpu-fp16,cpu-int4,webgpu-fp16,webgpu-int4]
+        [--before BEFORE.json] [--work DIR]
+
+``--before`` embeds an earlier matrix (e.g. run with ``PYTHONPATH`` pointing at an older
+checkout: the script only uses the engine's public export path) and adds before / after
+columns to the summary. Each package is deleted as soon as it has been measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +43,19 @@ from engine.pipeline import export
 from engine.plan import plan
 from engine.presets import load_preset
 from engine.weights import sources
+
+GIB = 1024**3
+RSS_GOAL = 2 * GIB
+VARIANTS: dict[str, list[str]] = {
+    "cpu-fp32": ["--ep", "cpu", "--dtype", "fp32"],
+    "cpu-fp16": ["--ep", "cpu", "--dtype", "fp16"],
+    "cpu-int4": ["--ep", "cpu", "--dtype", "fp32", "--weight-bits", "4", "--embedding-bits", "4"],
+    "webgpu-fp16": ["--ep", "webgpu", "--dtype", "fp16"],
+    "webgpu-int4": [
+        *("--ep", "webgpu", "--dtype", "fp16"),
+        *("--weight-bits", "4", "--embedding-bits", "4"),
+    ],
+}
 
 
 class TimedRandomSource(sources.RandomSource):
@@ -38,43 +67,35 @@ class TimedRandomSource(sources.RandomSource):
         self.bytes = 0
         self._lock = threading.Lock()
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(self, weight: LogicalWeight, *args: Any, **kwargs: Any) -> np.ndarray:
         began = time.perf_counter()
-        out = super().read(weight, axis, start, stop)
+        out = super().read(weight, *args, **kwargs)
         with self._lock:
             self.seconds += time.perf_counter() - began
             self.bytes += out.nbytes
         return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", default="gemma4-e2b")
-    parser.add_argument("--ep", default="cpu")
-    parser.add_argument("--dtype", default="fp16")
-    parser.add_argument("--weight-bits", type=int, default=None)
-    parser.add_argument("--embedding-bits", type=int, default=None)
-    parser.add_argument("--out", default=None, help="folder to write into (default: a temp dir)")
-    parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
-
+def one_export(args: argparse.Namespace) -> dict[str, Any]:
+    """Export once in this process; the report of where time and memory went."""
+    random_weights = args.model is None
     options = ExportOptions(
         ep=args.ep,
         dtype=args.dtype,
         weight_bits=args.weight_bits,
         embedding_bits=args.embedding_bits,
-        random_weights=True,
+        random_weights=random_weights,
+        modalities=("text",),
     )
     spec = load_preset(args.preset)
     export_plan = plan(spec, options)
-    largest = max(t.nbytes for t in export_plan.decoder.tensors())
+    largest = max(t.nbytes for s in export_plan.sessions for t in s.tensors())
 
     timed = TimedRandomSource()
     original = sources.RandomSource
-    sources.RandomSource = lambda seed=0: timed  # type: ignore[assignment,misc]
     import engine.pipeline as pipeline_module
 
-    pipeline_module.RandomSource = sources.RandomSource  # type: ignore[attr-defined]
+    pipeline_module.RandomSource = lambda seed=0: timed  # type: ignore[assignment,misc]
     root = Path(args.out or tempfile.mkdtemp(prefix="bench-e2b-"))
     out = root / "pkg"
     stages: dict[str, float] = {}
@@ -88,15 +109,17 @@ def main() -> None:
 
     began = time.perf_counter()
     try:
-        result = export(out, preset=args.preset, options=options, overwrite=True, progress=progress)
+        source = {"preset": args.preset} if random_weights else {"model_dir": args.model}
+        result = export(out, options=options, overwrite=True, progress=progress, **source)
     finally:
-        sources.RandomSource = original  # type: ignore[misc]
+        pipeline_module.RandomSource = original  # type: ignore[misc]
     wall = time.perf_counter() - began
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     total = result.total_bytes
     report = {
         "benchmark": "export_e2b",
         "preset": args.preset,
+        "weights": "random" if random_weights else f"checkpoint {args.model}",
         "ep": args.ep,
         "dtype": args.dtype,
         "weight_bits": args.weight_bits,
@@ -108,15 +131,146 @@ def main() -> None:
         "write_throughput_mb_s": round(total / wall / 1e6, 1),
         "peak_rss_bytes": peak_rss,
         "largest_tensor_bytes": largest,
-        "peak_rss_over_largest_gib": round((peak_rss - largest) / 1024**3, 2),
         "source_generation_seconds_summed": round(timed.seconds, 2),
         "source_bytes": timed.bytes,
         "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
         "files": result.files,
     }
-    print(json.dumps(report, indent=2))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+def child_export(preset: str, variant: str, work: Path, model: str | None) -> dict[str, Any]:
+    """One export in a child process; its peak RSS as the kernel counted it."""
+    cmd = [sys.executable, __file__, "--preset", preset, *VARIANTS[variant]]
+    cmd += ["--out", str(work / f"{preset}-{variant}")]
+    if model:
+        cmd += ["--model", model]
+    began = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    # Read both pipes before wait4 reaps the child (a full pipe would block it).
+    streams: dict[str, str] = {}
+    readers = [
+        threading.Thread(target=lambda n=n, s=s: streams.__setitem__(n, s.read()))
+        for n, s in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    for reader in readers:
+        reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - began
+    shutil.rmtree(work / f"{preset}-{variant}", ignore_errors=True)
+    row: dict[str, Any] = {
+        "preset": preset,
+        "variant": variant,
+        "command": " ".join(["python", "benchmarks/export_e2b.py", *cmd[2:]]),
+        "rc": proc.returncode,
+        "process_wall_seconds": round(wall, 1),
+        "peak_rss_bytes": usage.ru_maxrss * 1024,
+        "peak_rss_gib": round(usage.ru_maxrss * 1024 / GIB, 2),
+        "within_goal": usage.ru_maxrss * 1024 <= RSS_GOAL,
+    }
+    try:
+        row["report"] = json.loads(streams["out"])
+        row["export_wall_seconds"] = row["report"]["wall_seconds"]
+    except (json.JSONDecodeError, KeyError):
+        row["stderr_tail"] = streams["err"][-3000:]
+    return row
+
+
+def _git_head() -> str | None:
+    import engine
+
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(engine.__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def matrix(args: argparse.Namespace) -> dict[str, Any]:
+    import engine
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-matrix-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "benchmark": "export_e2b_matrix",
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "engine": str(Path(engine.__file__).parent),
+        "engine_commit": _git_head(),
+        "cpu_count": os.cpu_count(),
+        "weights": "random" if args.model is None else f"checkpoint {args.model}",
+        "rss_goal_bytes": RSS_GOAL,
+        "runs": [],
+    }
+    for preset in args.presets.split(","):
+        for variant in args.variants.split(","):
+            row = child_export(preset, variant, work, args.model)
+            report["runs"].append(row)
+            print(
+                f"{preset} {variant}: {row['peak_rss_gib']} GiB, "
+                f"{row.get('export_wall_seconds')} s, rc {row['rc']}",
+                file=sys.stderr,
+            )
+    if args.before:
+        before = json.loads(Path(args.before).read_text())
+        report["before"] = before
+        report["summary"] = summary(before, report)
+    else:
+        report["summary"] = summary(None, report)
+    return report
+
+
+def summary(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """preset -> variant -> peak RSS GiB and export seconds, before and after."""
+
+    def rows(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (r["preset"], r["variant"]): {
+                "peak_rss_gib": r["peak_rss_gib"],
+                "wall_s": r.get("export_wall_seconds"),
+            }
+            for r in report["runs"]
+        }
+
+    new, old = rows(after), rows(before) if before else {}
+    table: dict[str, Any] = {}
+    for (preset, variant), cell in new.items():
+        entry: dict[str, Any] = {"after": cell} if before else dict(cell)
+        if (preset, variant) in old:
+            entry["before"] = old[(preset, variant)]
+        table.setdefault(preset, {})[variant] = entry
+    table["all_within_goal"] = all(r["within_goal"] and r["rc"] == 0 for r in after["runs"])
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="gemma4-e2b")
+    parser.add_argument("--ep", default="cpu")
+    parser.add_argument("--dtype", default="fp16")
+    parser.add_argument("--weight-bits", type=int, default=None)
+    parser.add_argument("--embedding-bits", type=int, default=None)
+    parser.add_argument("--model", default=None, help="a checkpoint folder instead of random")
+    parser.add_argument("--out", default=None, help="folder to write into (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--matrix", action="store_true", help="every preset x variant")
+    parser.add_argument("--presets", default="gemma4-e2b,gemma4-e4b")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--before", default=None, help="an earlier --matrix JSON to compare")
+    parser.add_argument("--work", default=None, help="where the matrix writes packages")
+    args = parser.parse_args()
+    report = matrix(args) if args.matrix else one_export(args)
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,17 @@ class EpCapabilities:
     int64_index_ops: frozenset[str] = frozenset()
     """Ops whose int64 inputs stay on the device where int64 arithmetic does not (the
     kernel only reads them as indices): RotaryEmbedding's position ids on WebGPU."""
+    data_dependent_shapes: bool = False
+    """Ops whose output shape depends on the data (``Unique``) run on the device and the
+    package needs no static graph. Mixture-of-experts layers then gather each expert the
+    router picked once for all tokens (at most ``min(tokens * top_k, experts)`` experts)
+    instead of once per token and pick (``tokens * top_k`` copies, which grows with the
+    prompt). Measured on the CPU EP only."""
+    gbq_odd_4bit_blocks: bool = True
+    """GatherBlockQuantized reads 4-bit rows with an odd number of blocks (whose packed
+    zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
+    ("scales and zero_points must have the same shape"); its 8-bit rows and even block
+    counts are exact."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -112,6 +123,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             float_dtypes=("fp32", "fp16"),
             gqa_dtypes=frozenset({"fp32", "fp16"}),
             int4_accuracy_level=4,
+            data_dependent_shapes=True,
         ),
         EpCapabilities(
             name="cuda",
@@ -148,6 +160,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int64_index_ops=frozenset({"RotaryEmbedding"}),
             # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
             host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
+            gbq_odd_4bit_blocks=False,
         ),
         EpCapabilities(
             name="dml",

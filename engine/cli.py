@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from engine.commands import COMMAND_MODULES
 from engine.errors import CancelledError, EngineError
 from engine.presets import DEFAULT_PRESET
+from engine.progress import InterruptOnSignals
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,17 +27,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns 0 on success, 2 for errors the user can fix, 130 on cancel."""
+    """Run the CLI; returns 0 on success, 2 for errors the user can fix, 128 + the signal
+    on a cancel (130 for Ctrl-C; SIGTERM and SIGHUP cancel as Ctrl-C does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["info", "--preset", DEFAULT_PRESET]
     args = build_parser().parse_args(argv)
-    try:
-        code: int = args.handler(args)
-        return code
-    except CancelledError as exc:
-        print(f"cancelled: {exc}", file=sys.stderr)
-        return 130
-    except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with InterruptOnSignals() as signals:
+        args.cancel = signals.cancel  # long commands pass it on: work stops at its next check
+        try:
+            code: int = args.handler(args)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+            return code
+        except (CancelledError, KeyboardInterrupt) as exc:
+            reason = str(exc) if isinstance(exc, CancelledError) else "interrupted"
+            print(f"cancelled: {reason}", file=sys.stderr)
+            return 128 + (signals.signum or signal.SIGINT)
+        except EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, as a shell tool does.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 128 + getattr(signal, "SIGPIPE", 13)
+        except OSError as exc:
+            # A file system refusal no check foresaw (a folder this user may not enter, a
+            # disk gone): one line that names the file, not a traceback.
+            where = f": '{exc.filename}'" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+            return 2

@@ -9,6 +9,7 @@ and which would pull torch into every import. Both formats, and the multimodal
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from engine.errors import SpecError, option
 from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
-from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, MoeSpec, RopeSpec
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
@@ -26,6 +27,13 @@ _LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
 }
 
 
+MAX_SIZE = 2**31 - 1
+"""Largest count or size a config field may hold (onnxruntime indexes tokens, positions and
+most dimensions with int32)."""
+MAX_LAYERS = 1024
+"""Most decoder layers a config may declare (Gemma 4 models have up to 60)."""
+
+
 class _Fields:
     """Typed access to a config dict that names the file and field in every error."""
 
@@ -33,27 +41,50 @@ class _Fields:
         self.data = data
         self.origin = origin
 
-    def required(self, key: str, kind: type = int) -> Any:
+    def required(self, key: str, kind: type = int, least: int | None = None) -> Any:
         if key not in self.data or self.data[key] is None:
             raise SpecError(f"{self.origin}: required field '{key}' is missing")
-        return self._check(key, self.data[key], kind)
+        return self._check(key, self.data[key], kind, least)
 
-    def optional(self, key: str, default: Any, kind: type = int) -> Any:
+    def optional(self, key: str, default: Any, kind: type = int, least: int | None = None) -> Any:
         value = self.data.get(key)
         if value is None:
             return default
-        return self._check(key, value, kind)
+        return self._check(key, value, kind, least)
 
-    def _check(self, key: str, value: Any, kind: type) -> Any:
+    def head_dim(self, key: str, value: Any) -> int:
+        """A head size: a whole number, even (RoPE rotates pairs), at least 2."""
+        size = self._check(key, value, int, 2)
+        if size % 2:
+            raise SpecError(
+                f"{self.origin}: field '{key}' must be even (rotary embeddings rotate pairs), "
+                f"got {size}"
+            )
+        return int(size)
+
+    def error(self, key: str, problem: str) -> SpecError:
+        return SpecError(f"{self.origin}: field '{key}' {problem}")
+
+    def _check(self, key: str, value: Any, kind: type, least: int | None = None) -> Any:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if kind is int and isinstance(value, bool):
-            raise SpecError(f"{self.origin}: field '{key}' must be an integer, got {value!r}")
+            value = float(value)
+        if kind in (int, float) and isinstance(value, bool):
+            raise self.error(key, f"must be a number, got {value!r}")
         if not isinstance(value, kind):
-            raise SpecError(f"{self.origin}: field '{key}' must be {kind.__name__}, got {value!r}")
-        if kind is int and isinstance(value, int) and value < 0:
-            raise SpecError(f"{self.origin}: field '{key}' must not be negative, got {value}")
-        return value
+            noun = {int: "a whole number", float: "a number", bool: "true or false"}.get(
+                kind, kind.__name__
+            )
+            raise self.error(key, f"must be {noun}, got {value!r}")
+        number: Any = value
+        if kind is float and not math.isfinite(number):
+            raise self.error(key, f"must be a finite number, got {number!r}")
+        if kind is int and number < 0:
+            raise self.error(key, f"must not be negative, got {number}")
+        if kind is int and number > MAX_SIZE:
+            raise self.error(key, f"is {number:,}, larger than any model can use ({MAX_SIZE:,})")
+        if least is not None and number < least:
+            raise self.error(key, f"must be at least {least}, got {number}")
+        return number
 
 
 def _rope_specs(text: _Fields) -> dict[AttentionKind, RopeSpec]:
@@ -71,17 +102,28 @@ def _rope_specs(text: _Fields) -> dict[AttentionKind, RopeSpec]:
         entry = params.get(layer_type)
         if entry is None:
             continue
-        rope_type = entry.get("rope_type", "default")
+        if not isinstance(entry, Mapping):
+            raise SpecError(
+                f"{text.origin}: rope_parameters['{layer_type}'] must be an object, got {entry!r}"
+            )
+        fields = _Fields(entry, f"{text.origin} rope_parameters['{layer_type}']")
+        rope_type = fields.optional("rope_type", "default", str)
         if rope_type not in ("default", "proportional"):
             raise SpecError(
                 f"{text.origin}: rope_type '{rope_type}' of {layer_type} is not supported "
                 "(supported: default, proportional)"
             )
+        theta = fields.optional("rope_theta", defaults[kind].theta, float)
+        partial = fields.optional("partial_rotary_factor", 1.0, float)
+        factor = fields.optional("factor", 1.0, float)
+        if theta <= 0:
+            raise fields.error("rope_theta", f"must be positive, got {theta}")
+        if not 0 < partial <= 1:
+            raise fields.error("partial_rotary_factor", f"must be in (0, 1], got {partial}")
+        if factor <= 0:
+            raise fields.error("factor", f"must be positive, got {factor}")
         specs[kind] = RopeSpec(
-            kind=rope_type,
-            theta=float(entry.get("rope_theta", defaults[kind].theta)),
-            partial_rotary_factor=float(entry.get("partial_rotary_factor", 1.0)),
-            factor=float(entry.get("factor", 1.0)),
+            kind=rope_type, theta=theta, partial_rotary_factor=partial, factor=factor
         )
     return specs
 
@@ -93,8 +135,10 @@ def _layer_types(text: _Fields, num_layers: int) -> list[AttentionKind]:
         names = [
             "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(num_layers)
         ]
-    else:
+    elif isinstance(raw, list) and all(isinstance(n, str) for n in raw):
         names = list(raw)
+    else:
+        raise SpecError(f"{text.origin}: 'layer_types' must be a list of names, got {raw!r}")
     if len(names) != num_layers:
         raise SpecError(
             f"{text.origin}: 'layer_types' has {len(names)} entries "
@@ -123,9 +167,12 @@ def _per_layer_overrides(
         for key, values in per_layer.items():
             if not isinstance(values, Mapping):
                 raise SpecError(f"{text.origin}: per_layer_config[{key!r}] must be an object")
-            clean = {
-                k: int(v) for k, v in values.items() if k in ("head_dim", "num_key_value_heads")
-            }
+            fields = _Fields(values, f"{text.origin} per_layer_config[{key!r}]")
+            clean: dict[str, int] = {}
+            if values.get("head_dim") is not None:
+                clean["head_dim"] = fields.head_dim("head_dim", values["head_dim"])
+            if values.get("num_key_value_heads") is not None:
+                clean["num_key_value_heads"] = fields.required("num_key_value_heads", least=1)
             if str(key) in _LAYER_TYPE_NAMES:
                 targets = [i for i, k in enumerate(kinds) if k == _LAYER_TYPE_NAMES[str(key)]]
             else:
@@ -145,8 +192,9 @@ def _per_layer_overrides(
                 overrides.setdefault(index, {}).update(clean)
         return overrides
     # transformers <= 5.14: global_* fields apply to the full-attention layers.
-    global_head_dim = text.optional("global_head_dim", 512)
-    global_kv_heads = text.optional("num_global_key_value_heads", None)
+    raw_global = text.data.get("global_head_dim")
+    global_head_dim = text.head_dim("global_head_dim", 512 if raw_global is None else raw_global)
+    global_kv_heads = text.optional("num_global_key_value_heads", None, least=1)
     for index, kind in enumerate(kinds):
         if kind != "full":
             continue
@@ -187,23 +235,53 @@ def _kv_sources(kinds: list[AttentionKind], num_shared: int, origin: str) -> lis
     return sources
 
 
-def _token_ids(*sources: _Fields) -> tuple[int | None, tuple[int, ...], int | None]:
-    def first(key: str) -> Any:
+def _moe_spec(text: _Fields) -> MoeSpec | None:
+    """The experts of ``enable_moe_block`` configs (every layer of such a model has them)."""
+    if not text.optional("enable_moe_block", False, bool):
+        return None
+    fields = {}
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        value = text.optional(key, None)
+        if value is None or value < 1:
+            raise SpecError(
+                f"{text.origin}: a Mixture-of-Experts config (enable_moe_block) needs a positive "
+                f"'{key}', got {value!r}"
+            )
+        fields[key] = value
+    if fields["top_k_experts"] > fields["num_experts"]:
+        raise SpecError(
+            f"{text.origin}: top_k_experts ({fields['top_k_experts']}) exceeds "
+            f"num_experts ({fields['num_experts']})"
+        )
+    return MoeSpec(
+        num_experts=fields["num_experts"],
+        top_k=fields["top_k_experts"],
+        intermediate_size=fields["moe_intermediate_size"],
+    )
+
+
+def _token_ids(vocab: int, *sources: _Fields) -> tuple[int | None, tuple[int, ...], int | None]:
+    def first(key: str) -> tuple[Any, _Fields]:
         for src in sources:
             if src.data.get(key) is not None:
-                return src.data[key]
-        return None
+                return src.data[key], src
+        return None, sources[0]
 
-    bos = first("bos_token_id")
-    eos = first("eos_token_id")
-    pad = first("pad_token_id")
-    eos_ids = tuple(
-        int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    )
+    def token(key: str, value: Any, where: _Fields) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise where.error(key, f"must be a token id (a whole number), got {value!r}")
+        if not 0 <= value < vocab:
+            raise where.error(key, f"is {value}, outside the vocabulary (0 to {vocab - 1})")
+        return value
+
+    bos, bos_src = first("bos_token_id")
+    eos, eos_src = first("eos_token_id")
+    pad, pad_src = first("pad_token_id")
+    eos_list = eos if isinstance(eos, list) else [eos] if eos is not None else []
     return (
-        int(bos) if bos is not None else None,
-        eos_ids,
-        int(pad) if pad is not None else None,
+        token("bos_token_id", bos, bos_src) if bos is not None else None,
+        tuple(token("eos_token_id", e, eos_src) for e in eos_list),
+        token("pad_token_id", pad, pad_src) if pad is not None else None,
     )
 
 
@@ -234,11 +312,6 @@ def spec_from_config(
     if text_type != "gemma4_text":
         raise SpecError(f"{text.origin}: text model type '{text_type}' is not supported")
 
-    if text.optional("enable_moe_block", False, bool):
-        raise SpecError(
-            f"{text.origin}: Mixture-of-Experts Gemma 4 (enable_moe_block) is not supported yet; "
-            "use a dense checkpoint such as E2B, E4B or 31B"
-        )
     if text.optional("attention_bias", False, bool):
         raise SpecError(f"{text.origin}: attention_bias=true is not supported")
     if text.data.get("use_bidirectional_attention") == "all":
@@ -253,21 +326,24 @@ def spec_from_config(
             f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})"
         )
 
-    num_layers = text.required("num_hidden_layers")
-    if num_layers < 1:
-        raise SpecError(f"{text.origin}: num_hidden_layers must be at least 1")
-    hidden = text.required("hidden_size")
-    num_heads = text.required("num_attention_heads")
-    num_kv_heads = text.required("num_key_value_heads")
-    head_dim = text.required("head_dim")
-    intermediate = text.required("intermediate_size")
-    vocab = text.required("vocab_size")
+    num_layers = text.required("num_hidden_layers", least=1)
+    if num_layers > MAX_LAYERS:
+        raise text.error(
+            "num_hidden_layers", f"is {num_layers:,}; the engine exports at most {MAX_LAYERS}"
+        )
+    hidden = text.required("hidden_size", least=1)
+    num_heads = text.required("num_attention_heads", least=1)
+    num_kv_heads = text.required("num_key_value_heads", least=1)
+    head_dim = text.head_dim("head_dim", text.required("head_dim"))
+    intermediate = text.required("intermediate_size", least=1)
+    vocab = text.required("vocab_size", least=1)
     k_eq_v = text.optional("attention_k_eq_v", False, bool)
     kinds = _layer_types(text, num_layers)
     overrides = _per_layer_overrides(text, kinds, k_eq_v)
     num_shared = text.optional("num_kv_shared_layers", 0)
     sources = _kv_sources(kinds, num_shared, text.origin)
     double_wide = text.optional("use_double_wide_mlp", False, bool)
+    moe = _moe_spec(text)
 
     layers = []
     for index, kind in enumerate(kinds):
@@ -289,6 +365,7 @@ def spec_from_config(
                 intermediate_size=intermediate * (2 if double_wide and shared else 1),
                 kv_source=sources[index],
                 k_eq_v=k_eq_v and kind == "full",
+                moe=moe,
             )
         )
     for layer in layers:
@@ -300,11 +377,25 @@ def spec_from_config(
             )
 
     ple_dim = text.optional("hidden_size_per_layer_input", 0)
+    ple_vocab = text.optional("vocab_size_per_layer_input", vocab, least=1) if ple_dim else 0
+    if ple_dim and ple_vocab < vocab:
+        raise text.error(
+            "vocab_size_per_layer_input",
+            f"is {ple_vocab}, smaller than vocab_size ({vocab}): tokens {ple_vocab} and above "
+            "would have no per-layer embedding (transformers fails on them too)",
+        )
     # A multimodal checkpoint's top level says how generation ends (an -it model stops at
     # <turn|> too); its text_config keeps the text model's own ids.
-    bos, eos, pad = _token_ids(top, text) if model_type == "gemma4" else _token_ids(text, top)
+    first, second = (top, text) if model_type == "gemma4" else (text, top)
+    bos, eos, pad = _token_ids(vocab, first, second)
     softcap = text.optional("final_logit_softcapping", None, float)
-    tie = bool(config.get("tie_word_embeddings", text.optional("tie_word_embeddings", True, bool)))
+    if softcap is not None and softcap < 0:
+        raise text.error("final_logit_softcapping", f"must not be negative, got {softcap}")
+    eps = text.optional("rms_norm_eps", 1e-6, float)
+    if eps < 0:
+        raise text.error("rms_norm_eps", f"must not be negative, got {eps}")
+    tie_text = text.optional("tie_word_embeddings", True, bool)
+    tie = top.optional("tie_word_embeddings", tie_text, bool)
     dtype = (
         text.data.get("dtype")
         or text.data.get("torch_dtype")
@@ -321,19 +412,20 @@ def spec_from_config(
         num_attention_heads=num_heads,
         layers=tuple(layers),
         rope=_rope_specs(text),
-        sliding_window=text.optional("sliding_window", 512),
-        max_position_embeddings=text.optional("max_position_embeddings", 131_072),
-        rms_norm_eps=text.optional("rms_norm_eps", 1e-6, float),
+        sliding_window=text.optional("sliding_window", 512, least=1),
+        max_position_embeddings=text.optional("max_position_embeddings", 131_072, least=2),
+        rms_norm_eps=eps,
         hidden_activation=activation,
         final_logit_softcapping=softcap if softcap else None,
         tie_word_embeddings=tie,
         ple_dim=ple_dim,
-        ple_vocab_size=text.optional("vocab_size_per_layer_input", vocab) if ple_dim else 0,
+        ple_vocab_size=ple_vocab,
         bos_token_id=bos,
         eos_token_ids=eos,
         pad_token_id=pad,
         weight_prefix=prefix,
         source_dtype=str(dtype),
+        bidirectional_images=text.data.get("use_bidirectional_attention") == "vision",
         vision=vision_spec(config, origin) if model_type == "gemma4" else None,
         audio=audio_spec(config, origin) if model_type == "gemma4" else None,
         tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,
@@ -344,17 +436,19 @@ def spec_from_config(
 def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``config.json`` from a checkpoint folder, with errors that say what to fix."""
     folder = Path(model_dir)
-    if not folder.is_dir():
-        raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
     path = folder / "config.json"
-    if not path.is_file():
-        raise SpecError(
-            f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
-            "checkpoint folder"
-        )
     try:
+        if not folder.is_dir():
+            raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
+        if not path.is_file():
+            raise SpecError(
+                f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
+                "checkpoint folder"
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:  # a folder this user may not enter, an unreadable file
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise SpecError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a JSON object at the top level")

@@ -137,4 +137,5 @@ def multimodal_tokens(config: Mapping[str, Any], origin: str) -> MultimodalToken
         eoi_token_id=top.optional("eoi_token_id", 258_882),
         boa_token_id=top.optional("boa_token_id", 256_000),
         eoa_token_id=top.optional("eoa_token_index", top.optional("eoa_token_id", 258_883)),
+        video_token_id=top.optional("video_token_id", 258_884),
     )

@@ -13,15 +13,19 @@ from typing import Literal
 
 Role = Literal[
     "linear",
+    "router",
+    "experts",
     "embedding",
     "ple_table",
     "lm_head",
     "norm",
+    "scale",
     "scalar",
     "rope_cache",
     "bias",
     "clip",
     "table",
+    "conv",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from engine.caps import EpCapabilities, get_caps
@@ -16,6 +17,8 @@ QuantMethod = Literal["rtn", "search"]
 DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
 VALID_BITS = (4, 8)
 DEFAULT_CAPTURE_MAX_LENGTH = 4096
+MAX_LENGTH_LIMIT = 2**31 - 1
+"""Longest sequence onnxruntime's int32 ``total_sequence_length`` / ``seqlens_k`` count."""
 MODALITIES = ("text", "vision", "audio")
 
 
@@ -47,11 +50,24 @@ class ExportOptions:
     """Longest sequence (prompt + generated) the package is built for; sizes the RoPE
     caches and, with graph capture, the preallocated KV buffers."""
     attention: AttentionPath = "auto"
+    keep_float: tuple[str, ...] = ()
+    """Name patterns (``fnmatch``, as ``plan`` lists the weights, e.g.
+    ``layers.*.per_layer_projection.weight``) of weights to leave unquantized."""
+    force: bool = False
+    """Write the package even when a limit the user chose is exceeded."""
     random_weights: bool = False
     seed: int = 0
     modalities: tuple[str, ...] | None = None
     """Towers to export besides the text decoder (``vision``, ``audio``); None = every
     tower the checkpoint has. ``("text",)`` exports the text decoder alone."""
+
+    def __post_init__(self) -> None:
+        # Options read back from JSON (the app's settings) carry a list: keep them hashable
+        # and equal to the options that were saved.
+        if isinstance(self.keep_float, list):
+            object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        if isinstance(self.modalities, list):
+            object.__setattr__(self, "modalities", tuple(self.modalities))
 
     @property
     def caps(self) -> EpCapabilities:
@@ -116,8 +132,20 @@ class ExportOptions:
                 )
         if self.max_length is not None and self.max_length < 2:
             raise OptionsError(f"max length must be at least 2, got {self.max_length}")
+        if self.max_length is not None and self.max_length > MAX_LENGTH_LIMIT:
+            raise OptionsError(
+                f"max length {self.max_length:,} is beyond what onnxruntime's int32 sequence "
+                f"lengths can count ({MAX_LENGTH_LIMIT:,}); choose a smaller "
+                f"{option('max_length')}"
+            )
+        patterns = (self.keep_float,) if isinstance(self.keep_float, str) else self.keep_float
+        if not all(isinstance(p, str) and p.strip() for p in patterns):
+            raise OptionsError(
+                f"{option('keep_float')} takes weight name patterns, got {list(patterns)!r}"
+            )
         return replace(
             self,
+            keep_float=tuple(p.strip() for p in patterns),
             ep=caps.name,
             dtype=dtype,
             embedding_block_size=self.embedding_block_size or self.block_size,
@@ -128,6 +156,10 @@ class ExportOptions:
                 self.max_buffer_size if self.max_buffer_size is not None else caps.max_buffer_size
             ),
         )
+
+    def keeps_float(self, name: str) -> bool:
+        """Whether the weight ``name`` matches a :attr:`keep_float` pattern."""
+        return any(fnmatchcase(name, pattern) for pattern in self.keep_float)
 
     @property
     def uses_gqa(self) -> bool:

@@ -1,23 +1,32 @@
-"""Writing a package folder atomically.
+"""Writing a package folder atomically, without ever losing a user's file.
 
-Everything is written into a hidden temporary folder beside the destination and renamed
-into place at the end. A failure or a cancel removes the temporary folder; an existing
-destination is replaced only when the caller asked for it, and only after the new
-package is complete.
+Everything is written into a hidden staging folder beside the destination
+(``.OUT.partial-XXXXXXXX``, marked with the writing process's id) and renamed into place
+at the end. A failure, a cancel or a signal removes the staging folder and any parent
+folder the export created; an existing destination is replaced only when the caller asked
+for it, only when it is a package this tool wrote (its manifest says so) or an empty
+folder, and only after the new package is complete. A folder that holds the input
+checkpoint or the current directory is never a destination. Staging folders left by a
+killed export (their marker names a process that is gone) are removed by the next export
+to the same place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
+import socket
+import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import PackageError, option
+from engine.errors import EngineError, PackageError, option
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -28,59 +37,382 @@ TOKENIZER_FILES = (
     "generation_config.json",
 )
 MANIFEST = "export_studio.json"
+PRODUCER = "export-studio"
+PARTIAL_MARKER = ".export-studio-partial"
+"""File inside a staging folder naming the process that writes it (JSON)."""
+_MAX_LISTED = 3
 
 
-def check_destination(output: str | os.PathLike[str], overwrite: bool) -> Path:
-    """Validate the destination before any work; returns its absolute path."""
-    out = Path(output).expanduser().absolute()
-    if out.exists() and not overwrite:
-        raise PackageError(
-            f"'{out}' already exists; choose another folder or pass {option('overwrite')} "
-            "to replace it"
-        )
-    if out.exists() and not out.is_dir():
-        raise PackageError(f"'{out}' exists and is not a folder; it will not be replaced")
-    parent = out.parent
+def is_our_package(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest this tool wrote."""
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PackageError(f"cannot create the folder '{parent}': {exc.strerror or exc}") from exc
-    if not os.access(parent, os.W_OK | os.X_OK):
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("producer") == PRODUCER
+
+
+def resolve_output(output: str | os.PathLike[str]) -> Path:
+    """The absolute destination; a symbolic link stands for the folder it points to."""
+    if not os.fspath(output).strip():
+        raise PackageError("no output folder given; name a new folder for the package")
+    out = Path(output).expanduser().absolute()
+    if out.is_symlink():
+        try:
+            return out.resolve(strict=True)
+        except FileNotFoundError:
+            raise PackageError(
+                f"'{out}' is a symbolic link to '{os.readlink(out)}', which does not exist; "
+                "remove the link, or create the folder it points to"
+            ) from None
+        except (OSError, RuntimeError) as exc:
+            raise PackageError(
+                f"'{out}' is a symbolic link that cannot be followed: {exc}"
+            ) from exc
+    return out
+
+
+def check_destination(
+    output: str | os.PathLike[str],
+    overwrite: bool,
+    protect: Iterable[str | os.PathLike[str] | None] = (),
+) -> Path:
+    """Validate the destination before any work; returns its absolute path.
+
+    Args:
+        output: The package folder to create (or replace).
+        overwrite: Whether an existing package there may be replaced.
+        protect: Folders that must survive (the input checkpoint); the current directory
+            is always protected. The destination may be neither of them nor a folder
+            that holds one of them.
+
+    Raises:
+        PackageError: The destination cannot or must not be written.
+    """
+    try:
+        return _check_destination(output, overwrite, protect)
+    except OSError as exc:  # a parent this user may not enter
         raise PackageError(
-            f"cannot write into '{parent}': permission denied; choose another folder"
+            f"cannot use '{output}' as the package folder: {exc.strerror or exc}"
+            + (f" ('{exc.filename}')" if exc.filename else "")
+            + "; choose another folder"
+        ) from exc
+
+
+def _check_destination(
+    output: str | os.PathLike[str],
+    overwrite: bool,
+    protect: Iterable[str | os.PathLike[str] | None],
+) -> Path:
+    out = resolve_output(output)
+    _refuse_protected(out, [("the current folder", Path.cwd()), *_labelled(protect)])
+    if out.exists():
+        if not out.is_dir():
+            raise PackageError(f"'{out}' exists and is not a folder; it will not be replaced")
+        if not overwrite:
+            raise PackageError(
+                f"'{out}' already exists; choose another folder or pass {option('overwrite')} "
+                "to replace it"
+            )
+        if not replaceable(out):
+            raise PackageError(
+                f"'{out}' is not a package written by this tool (it has no {MANIFEST}) and is "
+                "not empty; it will not be replaced. Choose a new folder for the package"
+            )
+        _check_removable(out)
+    ancestor = existing_ancestor(out.parent)
+    if not ancestor.is_dir():
+        raise PackageError(f"cannot create the folder '{out.parent}': '{ancestor}' is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise PackageError(
+            f"cannot write into '{ancestor}': permission denied; choose another folder"
         )
     return out
+
+
+def replaceable(folder: Path) -> bool:
+    """A folder ``--overwrite`` may replace: one of our packages, or an empty folder."""
+    if is_our_package(folder):
+        return True
+    try:
+        return not any(folder.iterdir())
+    except OSError:
+        return False
+
+
+def _labelled(paths: Iterable[str | os.PathLike[str] | None]) -> list[tuple[str, Path]]:
+    return [("the input folder", Path(p).expanduser()) for p in paths if p is not None]
+
+
+def _refuse_protected(out: Path, protected: list[tuple[str, Path]]) -> None:
+    target = _real(out)
+    for label, path in protected:
+        real = _real(path)
+        if target == real or target in real.parents:
+            what = label if target == real else f"a folder that holds {label} ('{path}')"
+            raise PackageError(
+                f"'{out}' is {what}; writing the package there would delete it. "
+                "Choose a new folder for the package"
+            )
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):
+        return path.expanduser().absolute()
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` or its nearest parent that exists."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _check_removable(folder: Path) -> None:
+    """Refuse up front to replace a folder this user could move aside but not delete."""
+    blocked: list[str] = []
+    parent = folder.parent
+    try:
+        parent_stat, folder_stat = parent.stat(), folder.lstat()
+    except OSError as exc:
+        raise PackageError(f"cannot inspect '{folder}': {exc.strerror or exc}") from exc
+    uid = os.geteuid() if hasattr(os, "geteuid") else 0
+    if (
+        uid != 0
+        and parent_stat.st_mode & stat.S_ISVTX
+        and uid not in (parent_stat.st_uid, folder_stat.st_uid)
+    ):
+        blocked.append(str(folder))
+
+    def unreadable(exc: OSError) -> None:
+        blocked.append(str(exc.filename))
+
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=unreadable):
+        if (dirnames or filenames) and not os.access(dirpath, os.W_OK | os.X_OK):
+            blocked.append(dirpath)
+    if blocked:
+        shown = ", ".join(f"'{p}'" for p in blocked[:_MAX_LISTED])
+        raise PackageError(
+            f"cannot replace '{folder}': this user may not delete {shown} "
+            f"({len(blocked)} folder(s) in all; they may belong to another user). "
+            "Remove the old package yourself, or choose another folder"
+        )
+
+
+# ------------------------------------------------------------------------------ staging
+
+
+@dataclass(frozen=True)
+class _Owner:
+    pid: int
+    host: str
+    started: int | None
+
+
+def _process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell reused ids."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _me() -> _Owner:
+    return _Owner(os.getpid(), socket.gethostname(), _process_start(os.getpid()))
+
+
+def _read_owner(staging: Path) -> _Owner | None:
+    try:
+        data = json.loads((staging / PARTIAL_MARKER).read_text(encoding="utf-8"))
+        return _Owner(int(data["pid"]), str(data["host"]), data.get("started"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _alive(owner: _Owner) -> bool:
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's live process
+    except OSError:
+        return True
+    started = _process_start(owner.pid)
+    return owner.started is None or started is None or started == owner.started
+
+
+def partial_folders(output: Path) -> list[Path]:
+    """Staging folders of exports to ``output`` (finished or not, ours or not)."""
+    try:
+        return sorted(output.parent.glob(f".{_glob_escape(output.name)}.partial-*"))
+    except OSError:
+        return []
+
+
+def old_folders(output: Path) -> list[Path]:
+    """Folders an overwrite moved ``output`` to before deleting it."""
+    try:
+        return sorted(output.parent.glob(f".{_glob_escape(output.name)}.old-*"))
+    except OSError:
+        return []
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def remove_stale(output: Path) -> list[str]:
+    """Remove what killed exports to ``output`` left behind; returns what was done, in words.
+
+    A staging folder is removed when its marker names a process of this machine that is
+    gone; a folder an interrupted overwrite moved aside, when it holds one of our packages
+    and ``output`` exists again (otherwise it may be the only copy: it stays until the next
+    export there completes).
+    """
+    said: list[str] = []
+    host = socket.gethostname()
+    for folder in partial_folders(output):
+        owner = _read_owner(folder)
+        if owner is None or owner.host != host or _alive(owner):
+            continue
+        size = _tree_bytes(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        state = "removed" if not folder.exists() else "could not remove"
+        said.append(
+            f"{state} '{folder.name}', an unfinished export to this folder left by process "
+            f"{owner.pid}, which is gone ({size / 2**20:.1f} MiB)"
+        )
+    if output.exists():
+        for folder in old_folders(output):
+            if _remove_old(folder):
+                said.append(f"removed '{folder.name}', a package an earlier overwrite left behind")
+    return said
+
+
+def _remove_old(folder: Path) -> bool:
+    if not (folder.is_dir() and not folder.is_symlink() and replaceable(folder)):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return not folder.exists()
+
+
+def _tree_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(dirpath, name))
+                # Blocks in use, not the apparent size: the writer's data file is sparse.
+                total += getattr(info, "st_blocks", info.st_size // 512) * 512
+    return total
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those created, outermost first."""
+    missing = []
+    path = folder
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    created: list[Path] = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            _remove_empty(created)
+            raise PackageError(f"cannot create the folder '{path}': {exc.strerror or exc}") from exc
+        created.append(path)
+    return created
+
+
+def _remove_empty(created: list[Path]) -> None:
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 @contextlib.contextmanager
 def staging_folder(output: Path, overwrite: bool) -> Iterator[Path]:
     """A temporary folder that becomes ``output`` if the block completes.
 
-    On any exception (cancel included) the temporary folder is deleted and ``output`` is
-    left exactly as it was.
+    On any exception (cancel included) the temporary folder and the parent folders created
+    for it are deleted and ``output`` is left exactly as it was. An ``OSError`` (a full
+    disk, a permission) becomes a :class:`PackageError` that says what happened.
     """
+    created = _make_parents(output.parent)
     staging = output.parent / f".{output.name}.partial-{uuid.uuid4().hex[:8]}"
     try:
         staging.mkdir()
+        me = _me()
+        (staging / PARTIAL_MARKER).write_text(
+            json.dumps({"pid": me.pid, "host": me.host, "started": me.started}), encoding="utf-8"
+        )
     except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(created)
         raise PackageError(
             f"cannot create a folder in '{output.parent}': {exc.strerror or exc}"
         ) from exc
     try:
         yield staging
         _swap_into_place(staging, output, overwrite)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(created)
+        cause = _engine_cause(exc) or exc  # the writer may wrap it (onnx_ir's SerdeError)
+        if isinstance(cause, OSError):
+            raise _write_error(cause, output) from cause
+        if cause is not exc:
+            raise cause from None
         raise
 
 
+def _engine_cause(exc: BaseException) -> BaseException | None:
+    """The engine's own error (or an OSError) that a library wrapped, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (EngineError, OSError, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _write_error(exc: OSError, output: Path) -> PackageError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        advice = "free some space there or choose a folder on another disk"
+    else:
+        advice = "check the folder's permissions, or choose another folder"
+    return PackageError(
+        f"writing the package to '{output}' failed: {exc.strerror or exc}{where}; "
+        f"nothing was left behind. {advice[0].upper()}{advice[1:]}"
+    )
+
+
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
-    if not output.exists():
+    (staging / PARTIAL_MARKER).unlink(missing_ok=True)
+    if not os.path.lexists(output):
         staging.rename(output)
+        _remove_olds(output)
         return
     if not overwrite:
         raise PackageError(
             f"'{output}' appeared while exporting; the new package was not moved there"
+        )
+    if output.is_symlink() or not output.is_dir() or not replaceable(output):
+        raise PackageError(
+            f"'{output}' changed while exporting and is no longer a package of ours; "
+            "it was left as it is and the new package was not moved there"
         )
     backup = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
     output.rename(backup)
@@ -90,6 +422,12 @@ def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
         backup.rename(output)
         raise
     shutil.rmtree(backup, ignore_errors=True)
+    _remove_olds(output)
+
+
+def _remove_olds(output: Path) -> None:
+    for folder in old_folders(output):
+        _remove_old(folder)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -110,5 +448,9 @@ def copy_tokenizer(model_dir: Path | None, staging: Path) -> list[str]:
 
 
 def folder_files(folder: Path) -> dict[str, int]:
-    """File name -> bytes, for the summary."""
-    return {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+    """File name -> bytes, for the summary (the staging marker is not part of a package)."""
+    return {
+        p.name: p.stat().st_size
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != PARTIAL_MARKER
+    }

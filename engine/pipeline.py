@@ -23,18 +23,19 @@ from engine.models import Session, build_session, family_for, model_summary, pla
 from engine.options import ExportOptions
 from engine.package import (
     MANIFEST,
-    check_destination,
     copy_tokenizer,
     folder_files,
     staging_folder,
     write_json,
 )
 from engine.plan import ExportPlan, plan
+from engine.preflight import preflight
 from engine.presets import load_preset
 from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
+from engine.weights import stream_writer
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
 
@@ -109,7 +110,8 @@ def export(
     export_plan = plan(spec, options)
     source_dir = Path(model_dir) if model_dir is not None else None
     processors = processor_files(export_plan, *read_processing(source_dir))
-    out = check_destination(output, overwrite)
+    ready = preflight(export_plan, output, overwrite=overwrite, model_dir=model_dir)
+    out = ready.output
     source: WeightSource
     if options.random_weights:
         source = RandomSource(options.seed)
@@ -128,7 +130,7 @@ def export(
     progress(0.03, "building the graphs")
     factory = TensorFactory(export_plan, source, cancel)
     built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
-    notes: list[str] = []
+    notes: list[str] = [*ready.notes]
     for session in built:
         notes += [
             f"{session.name}: {family}: {count} rewrites"
@@ -144,21 +146,23 @@ def export(
     total = max(export_plan.nbytes, 1)
     written = 0
 
-    def on_written(tensor: ir.TensorProtocol, info: Any) -> None:
+    def on_written(tensor: ir.TensorProtocol, nbytes: int) -> None:
         nonlocal written
-        written += tensor.nbytes
+        written += nbytes
         progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
         cancel.raise_if_cancelled()
 
     with staging_folder(out, overwrite) as staging:
         for session in built:
             filename = export_plan.session(session.name).filename
-            ir.save(
+            # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
+            # left to the rest of the machine (the app's UI thread starved on 2 cores).
+            stream_writer.save(
                 session.model,
                 staging / filename,
-                external_data=filename + DATA_FILE_SUFFIX,
-                callback=on_written,
-                max_workers=min(4, os.cpu_count() or 1),
+                filename + DATA_FILE_SUFFIX,
+                on_written=on_written,
+                max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
             )
             cancel.raise_if_cancelled()
         progress(0.96, "writing genai_config.json")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.errors import option
+from engine.errors import OptionsError, option
 from engine.graph.attention import attention_path
 from engine.logical import LogicalWeight
 from engine.models import sessions_for
@@ -27,7 +27,7 @@ from engine.plan_model import (
     WeightPlan,
     quantized_shapes,
 )
-from engine.quantize import check_quantizable
+from engine.quantize import BLOCK_SIZES, check_quantizable, check_shareable
 from engine.spec import ModelSpec
 
 __all__ = [
@@ -73,15 +73,19 @@ def _piece_tensors(
     if storage == "float_t":
         return (PlannedTensor(base, dtype, (shape[1], shape[0]), "weight"),)
     assert bits is not None and block_size is not None
-    shapes = quantized_shapes(shape[0], shape[1], bits, block_size, storage)
+    # Leading axes beyond the rows (the experts of a [E, N, K] tensor) stay as they are.
+    lead = tuple(shape[:-2])
+    shapes = quantized_shapes(shape[-2], shape[-1], bits, block_size, storage)
     tensors = [
-        PlannedTensor(f"{base}.qweight", "uint8", shapes["qweight"], "qweight"),
-        PlannedTensor(f"{base}.scales", dtype, shapes["scales"], "scales"),
+        PlannedTensor(f"{base}.qweight", "uint8", lead + shapes["qweight"], "qweight"),
+        PlannedTensor(f"{base}.scales", dtype, lead + shapes["scales"], "scales"),
     ]
     # GatherBlockQuantized always gets zero points: CPU and CUDA disagree on the default.
     if storage == "gbq" or not symmetric:
         tensors.append(
-            PlannedTensor(f"{base}.zero_points", "uint8", shapes["zero_points"], "zero_points")
+            PlannedTensor(
+                f"{base}.zero_points", "uint8", lead + shapes["zero_points"], "zero_points"
+            )
         )
     return tuple(tensors)
 
@@ -102,6 +106,8 @@ def _pieces_along(
         piece_shape = list(shape)
         if piece_shape:  # a 0-d tensor (a clip bound) is one piece of itself
             piece_shape[axis] = stop - start
+        if bits is not None and block_size is not None:  # a split may make a table odd
+            check_quantizable(base, tuple(piece_shape), bits, block_size, storage)
         name = base if len(bounds) == 1 else f"{base}.part{i}"
         pieces.append(
             Piece(
@@ -129,6 +135,7 @@ def _plan_weight(
     role = w.role
     bits: int | None = None
     block: int | None = None
+    kept_float = ""
     if role in ("linear", "lm_head"):
         if options.weight_bits is not None and (role == "linear" or options.quantize_lm_head):
             storage: Storage = "matmulnbits"
@@ -141,10 +148,27 @@ def _plan_weight(
             bits, block = options.embedding_bits, options.embedding_block_size
         else:
             storage = "float"
+    elif role == "router":
+        storage = "float_t"
+    elif role == "experts":
+        # [E, N, K] expert weights are gathered by the router's indices; quantized, they
+        # are GatherBlockQuantized blocks along K (the bytes MatMulNBits would hold).
+        if options.weight_bits is not None and options.caps.supports("GatherBlockQuantized"):
+            storage = "gbq"
+            bits, block = options.weight_bits, options.block_size
+        else:
+            storage = "float"
+            if options.weight_bits is not None:
+                kept_float = (
+                    f"kept float: {options.caps.display_name} has no GatherBlockQuantized "
+                    "to read quantized experts"
+                )
     else:
         storage = "float"
+    if bits is not None and options.keeps_float(w.name):
+        storage, bits, block = ("float_t" if role == "linear" else "float"), None, None
     if bits is not None and block is not None:
-        check_quantizable(w.name, w.shape, bits, block)
+        check_quantizable(w.name, w.shape, bits, block, storage)
 
     def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
         return _pieces_along(
@@ -171,7 +195,7 @@ def _plan_weight(
         )
 
     if "max_buffer_size" not in exceeds or limits.buffer is None:
-        return result(whole)
+        return result(whole, note=kept_float)
     limit = limits.buffer
     if role == "ple_table":
         # One [V, D] table per layer: the natural cut of the fused [V, L*D] table.
@@ -184,14 +208,26 @@ def _plan_weight(
     if role == "embedding":
         # Split along the hidden axis: each piece is gathered and the rows concatenated,
         # which needs no index arithmetic and stays graph-capture safe. Pieces keep
-        # whole quantization blocks.
-        count = _split_count(w.shape[1], whole[0].largest_buffer, limit, unit=block or 1)
+        # whole quantization blocks (an even number of 4-bit ones where the EP needs it).
+        unit = (block or 1) * (1 if options.caps.gbq_odd_4bit_blocks or bits != 4 else 2)
+        count = _split_count(w.shape[1], whole[0].largest_buffer, limit, unit=unit)
         if count is None:
             return result(whole, note="no even split of the hidden axis fits the limit")
         return result(
             make(1, _even_bounds(w.shape[1], count)),
             1,
             f"split along the hidden axis into {count} tables",
+        )
+    if role == "experts":
+        # Split every expert along its output rows (axis 1): each piece is gathered by the
+        # same indices and the rows concatenated; quantization blocks run along K, intact.
+        count = _split_count(w.shape[1], whole[0].largest_buffer, limit, unit=1)
+        if count is None:
+            return result(whole, note="no even split of the experts' rows fits the limit")
+        return result(
+            make(1, _even_bounds(w.shape[1], count)),
+            1,
+            f"split along every expert's rows into {count} pieces",
         )
     if role == "lm_head":
         count = _split_count(w.shape[0], whole[0].largest_buffer, limit, unit=1)
@@ -226,6 +262,7 @@ def _tied(name: str, owner: WeightPlan, options: ExportOptions) -> WeightPlan:
     """A tied weight (the LM head) reuses its owner's (the token embedding's) initializers."""
     head = LogicalWeight(name, owner.weight.shape, "lm_head", source=owner.weight.source)
     if owner.storage == "gbq":
+        check_shareable(owner.name, owner.weight.shape, owner.block_size)
         storage: Storage = "matmulnbits"
         note = "tied: MatMulNBits over the quantized embedding's bytes"
     else:
@@ -277,14 +314,47 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         planned = {
             w.name: _plan_weight(w, options, limits, w.dtype or dtype) for w in session.weights()
         }
+        for wp in planned.values():
+            _check_gbq_blocks(wp, options)
         for name, owner in session.ties.items():
             planned[name] = _tied(name, planned[owner], options)
         weights = tuple(planned.values())
         warnings += _limit_warnings(weights)
+        warnings += _float_expert_warnings(weights, options)
         sessions.append(SessionPlan(session.name, session.filename, weights))
     return ExportPlan(
         spec, options, caps, length, tuple(sessions), attention_path(spec, options), tuple(warnings)
     )
+
+
+def _float_expert_warnings(weights: tuple[WeightPlan, ...], options: ExportOptions) -> list[str]:
+    """Quantization was asked for, but the EP cannot read quantized experts."""
+    kept = [w for w in weights if w.weight.role == "experts" and w.storage == "float"]
+    if options.weight_bits is None or not kept:
+        return []
+    return [
+        f"{len(kept)} expert tensors ({sum(w.nbytes for w in kept):,} B) stay {kept[0].dtype}: "
+        f"{options.caps.display_name} has no GatherBlockQuantized to read quantized experts"
+    ]
+
+
+def _check_gbq_blocks(wp: WeightPlan, options: ExportOptions) -> None:
+    """Refuse 4-bit GatherBlockQuantized rows with an odd block count on EPs that cannot
+    read them (their zero points end in a padding nibble)."""
+    caps = options.caps
+    if caps.gbq_odd_4bit_blocks or wp.storage != "gbq" or wp.bits != 4 or wp.block_size is None:
+        return
+    for piece in wp.pieces:
+        width = piece.tensors[0].shape[-1] * 2  # 4-bit codes: two per byte
+        if -(-width // wp.block_size) % 2:  # a partial last block counts
+            fitting = [b for b in BLOCK_SIZES if -(-width // b) % 2 == 0]
+            bits = "weight_bits" if wp.weight.role == "experts" else "embedding_bits"
+            raise OptionsError(
+                f"{wp.name}: {caps.display_name}'s GatherBlockQuantized cannot read 4-bit rows "
+                f"of {-(-width // wp.block_size)} blocks (an odd count); choose a "
+                f"{option('block_size')} that gives an even count "
+                f"({', '.join(map(str, fitting)) or 'none fits'}) or {option(bits, 8)}"
+            )
 
 
 def _limit_warnings(weights: tuple[WeightPlan, ...]) -> list[str]:

@@ -231,8 +231,10 @@ def quantized_shapes(
     rows: int, cols: int, bits: int, block_size: int, storage: Storage
 ) -> dict[Part, tuple[int, ...]]:
     """Shapes of the qweight / scales / zero_points of a [rows, cols] weight quantized
-    along cols. MatMulNBits keeps blocks as a middle axis; GatherBlockQuantized packs rows."""
-    blocks = cols // block_size
+    along cols. MatMulNBits keeps blocks as a middle axis, the last one padded to a whole
+    block (as ONNX Runtime's quantizer pads K); GatherBlockQuantized packs the rows as they
+    are, its last block possibly partial."""
+    blocks = -(-cols // block_size)
     zp_cols = math.ceil(blocks * bits / 8)
     if storage == "matmulnbits":
         qweight: tuple[int, ...] = (rows, blocks, block_size * bits // 8)

@@ -7,9 +7,10 @@ tests pass a recording callable and no event loop.
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.errors import CancelledError
 
@@ -72,3 +73,42 @@ class Stepper:
 
 
 ProgressFactory = Callable[[float, float], Progress]
+
+
+class InterruptOnSignals:
+    """Within the block, SIGTERM and SIGHUP interrupt the work as Ctrl-C (SIGINT) does.
+
+    The first of these signals sets :attr:`cancel` (work that checks the token, such as an
+    export's writer threads, stops at its next check) and raises :class:`KeyboardInterrupt`
+    in the main thread, so the work unwinds through its cleanup (a cancelled export leaves
+    nothing behind). Later SIGTERM / SIGHUP are ignored while that cleanup runs; a second
+    Ctrl-C interrupts as usual. ``signum`` tells which signal it was. Outside the main
+    thread, or where the signals do not exist, the block runs unchanged.
+    """
+
+    def __init__(self, cancel: CancelToken | None = None) -> None:
+        self.cancel = cancel or CancelToken()
+        self.signum: int | None = None
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> InterruptOnSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            number = getattr(signal, name, None)
+            if number is None or signal.getsignal(number) is signal.SIG_IGN:
+                continue  # e.g. SIGINT of a background job: the shell asked to ignore it
+            self._saved[number] = signal.signal(number, self._interrupt)
+        return self
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if self.signum is not None and signum != getattr(signal, "SIGINT", None):
+            return
+        self.signum = signum
+        self.cancel.cancel()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._saved.items():
+            signal.signal(number, handler)
+        self._saved.clear()

@@ -51,6 +51,20 @@ class RopeSpec:
 
 
 @dataclass(frozen=True)
+class MoeSpec:
+    """The mixture-of-experts block of a layer (``enable_moe_block``), run beside its MLP.
+
+    A router picks ``top_k`` of ``num_experts`` experts per token; each expert is a gated
+    GELU MLP of width ``intermediate_size`` (``moe_intermediate_size``) whose gate and up
+    projections are stored fused as ``gate_up_proj`` [E, 2 * I, H].
+    """
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One decoder layer."""
 
@@ -63,6 +77,8 @@ class LayerSpec:
     """Index of the layer whose keys and values this layer attends to (itself if not shared)."""
     k_eq_v: bool = False
     """Values are the keys before their norms (``attention_k_eq_v`` on full layers)."""
+    moe: MoeSpec | None = None
+    """The layer's mixture-of-experts block, or None for a dense layer."""
 
     @property
     def owns_kv(self) -> bool:
@@ -133,6 +149,13 @@ class MultimodalTokens:
     eoi_token_id: int | None = None
     boa_token_id: int | None = None
     eoa_token_id: int | None = None
+    video_token_id: int | None = None
+
+    @property
+    def placeholders(self) -> tuple[int, ...]:
+        """Ids that stand for a soft token (image, audio, video): never embedded as text."""
+        ids = (self.image_token_id, self.audio_token_id, self.video_token_id)
+        return tuple(i for i in ids if i is not None)
 
 
 @dataclass(frozen=True)
@@ -165,6 +188,9 @@ class ModelSpec:
     """Prefix of the text decoder's tensors in the checkpoint (``model.`` or
     ``model.language_model.``)."""
     source_dtype: str = "float32"
+    bidirectional_images: bool = False
+    """Image tokens attend to each other both ways on sliding layers
+    (``use_bidirectional_attention: "vision"``, the 26B-A4B and 31B checkpoints)."""
     vision: VisionSpec | None = None
     audio: AudioSpec | None = None
     tokens: MultimodalTokens | None = None
@@ -217,6 +243,7 @@ class ModelSpec:
             "head_dim": {k: self._first(k, "head_dim") for k in ("sliding", "full")},
             "kv_heads": {k: self._first(k, "num_kv_heads") for k in ("sliding", "full")},
             "intermediate_sizes": sorted({layer.intermediate_size for layer in self.layers}),
+            "experts": self._moe_summary(),
             "vocab_size": self.vocab_size,
             "per_layer_embedding_dim": self.ple_dim,
             "sliding_window": self.sliding_window,
@@ -224,6 +251,17 @@ class ModelSpec:
             "final_logit_softcapping": self.final_logit_softcapping,
             "tie_word_embeddings": self.tie_word_embeddings,
             "source_dtype": self.source_dtype,
+        }
+
+    def _moe_summary(self) -> dict[str, int] | None:
+        moe = next((layer.moe for layer in self.layers if layer.moe is not None), None)
+        if moe is None:
+            return None
+        return {
+            "moe_layers": sum(1 for layer in self.layers if layer.moe is not None),
+            "num_experts": moe.num_experts,
+            "top_k": moe.top_k,
+            "intermediate_size": moe.intermediate_size,
         }
 
     def _first(self, kind: AttentionKind, attr: str) -> int | None:

@@ -33,6 +33,22 @@ def bits(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected 4, 8 or none, got '{text}'") from None
 
 
+def count(text: str) -> int:
+    """A whole number, also written as ``1e6`` or ``4,096``."""
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    try:
+        return int(cleaned)
+    except ValueError:
+        pass
+    try:
+        value = float(cleaned)
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'")
+    return int(value)
+
+
 def size(text: str) -> int:
     try:
         return parse_bytes(text)
@@ -63,7 +79,7 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         help="quantize embedding tables to GatherBlockQuantized",
     )
     parser.add_argument(
-        "--block-size", type=int, default=32, help="quantization block size (default 32)"
+        "--block-size", type=count, default=32, help="quantization block size (default 32)"
     )
     parser.add_argument(
         "--symmetric", action="store_true", help="symmetric quantization (no zero points)"
@@ -81,7 +97,7 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         help="keep an untied LM head in float when quantizing weights",
     )
     parser.add_argument(
-        "--accuracy-level", type=int, default=None, help="MatMulNBits accuracy_level (0-4)"
+        "--accuracy-level", type=count, default=None, help="MatMulNBits accuracy_level (0-4)"
     )
     parser.add_argument("--graph-capture", choices=("auto", "on", "off"), default="auto")
     parser.add_argument(
@@ -93,9 +109,22 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-length",
-        type=int,
+        type=count,
         default=None,
         help="longest sequence the package supports (default: the model's)",
+    )
+    parser.add_argument(
+        "--keep-float",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave weights whose name matches PATTERN unquantized (as `plan` lists them, "
+        "e.g. 'layers.*.per_layer_projection.weight'; repeatable)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write the package even when a tensor exceeds the --max-buffer-size you chose",
     )
     parser.add_argument(
         "--attention",
@@ -139,6 +168,8 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         max_buffer_size=args.max_buffer_size,
         max_length=args.max_length,
         attention=args.attention,
+        keep_float=tuple(args.keep_float),
+        force=args.force,
         random_weights=random_weights,
         seed=getattr(args, "seed", 0),
         modalities=args.modalities,

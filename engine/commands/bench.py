@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.commands._args import print_json, progress_bar
+from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError
 
 
@@ -20,12 +20,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "multimodal packages and prompts with media)",
     )
     parser.add_argument("--ep", default=None, help="execution provider (default: the package's)")
-    parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     parser.add_argument(
-        "--new-tokens", type=int, default=64, help="tokens to generate (default 64)"
+        "--prompt-len",
+        type=count,
+        default=None,
+        help="prompt tokens (default 128, less if the package is shorter)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument(
+        "--new-tokens",
+        type=count,
+        default=None,
+        help="tokens to generate (default 64, less if the package is shorter)",
+    )
+    parser.add_argument("--repeats", type=count, default=3, help="timed runs (default 3)")
+    parser.add_argument("--warmup", type=count, default=1, help="untimed runs first (default 1)")
     parser.add_argument(
         "--graph-capture",
         choices=("auto", "on", "off", "both"),
@@ -38,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="ort runtime: shared preallocated KV buffer or growing KV",
     )
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads")
+    parser.add_argument("--threads", type=count, default=None, help="intra-op threads")
     parser.add_argument(
         "--image",
         action="append",
@@ -59,14 +67,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="TEXT",
         help="prompt text with the media (markers <|image|> / <|audio|> are added if missing)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    parser.add_argument("--seed", type=count, default=0, help="seed of the random prompt")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.runtime.bench import BenchConfig, compare_capture, run_bench, validate_capture
+    from engine.runtime.bench import (
+        DEFAULT_NEW_TOKENS,
+        DEFAULT_PROMPT_LENGTH,
+        BenchConfig,
+        compare_capture,
+        fit_lengths,
+        run_bench,
+        validate_capture,
+    )
     from engine.runtime.media import MediaPrompt
     from engine.runtime.package import open_package
 
@@ -75,25 +91,30 @@ def run(args: argparse.Namespace) -> int:
     if args.image or args.audio:
         media = MediaPrompt.build(args.prompt, tuple(args.image), tuple(args.audio))
         media.check(package)
+        prompt_length = args.prompt_len or DEFAULT_PROMPT_LENGTH  # the media prompt's own
+        new_tokens = args.new_tokens or DEFAULT_NEW_TOKENS
+    else:
+        prompt_length, new_tokens = fit_lengths(package, args.prompt_len, args.new_tokens)
     config = BenchConfig(
         runtime=args.runtime or ("genai" if media or package.multimodal else "ort"),
         media=media,
         ep=args.ep,
-        prompt_length=args.prompt_len,
-        new_tokens=args.new_tokens,
+        prompt_length=prompt_length,
+        new_tokens=new_tokens,
         repeats=args.repeats,
         warmup=args.warmup,
         kv_mode=args.kv_mode,
         seed=args.seed,
         threads=args.threads,
     )
+    cancel = getattr(args, "cancel", None)
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":
-                comparison = compare_capture(package, config, progress=progress)
+                comparison = compare_capture(package, config, progress=progress, cancel=cancel)
                 data = comparison.to_json()
                 results = [comparison.off] + ([comparison.on] if comparison.on else [])
                 check = comparison.agreement
@@ -105,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
                     graph_capture=mode == "on",
                     keep_logits=mode == "on",
                     progress=progress,
+                    cancel=cancel,
                 )
-                check = validate_capture(package, config, first) if mode == "on" else None
+                check = (
+                    validate_capture(package, config, first, cancel=cancel)
+                    if mode == "on"
+                    else None
+                )
                 data = result.to_json()
                 data["capture_check"] = check.to_json() if check else None
                 results, error = [result], None

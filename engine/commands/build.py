@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from engine.commands._args import (
     add_build_options,
@@ -11,7 +12,7 @@ from engine.commands._args import (
     print_json,
     progress_bar,
 )
-from engine.errors import CancelledError
+from engine.errors import CancelledError, render_message
 from engine.units import format_bytes
 
 
@@ -45,9 +46,14 @@ def run(args: argparse.Namespace) -> int:
                 options=options,
                 overwrite=args.overwrite,
                 progress=progress,
+                cancel=getattr(args, "cancel", None),
             )
         except KeyboardInterrupt:
             raise CancelledError("interrupted; nothing was written") from None
+    notes = [render_message(note) for note in result.notes]
+    for note in notes:
+        if note.startswith("WARNING"):
+            print(note, file=sys.stderr)  # loud even with --json or --quiet
     if args.json:
         print_json(
             {
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                 "seconds": result.seconds,
                 "graph_capture": result.graph_capture,
                 "total_bytes": result.total_bytes,
-                "notes": list(result.notes),
+                "notes": notes,
             }
         )
         return 0
@@ -67,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
         f"  graph capture: {'on' if result.graph_capture else 'off'}; "
         f"past/present share buffer: {'on' if result.share_buffer else 'off'}"
     )
-    for note in result.notes:
+    for note in notes:
         print(f"  note: {note}")
     return 0

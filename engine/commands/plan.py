@@ -17,13 +17,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.errors import OptionsError, render_message
     from engine.pipeline import load_model_spec
     from engine.plan import plan
     from engine.plan_report import render_plan
+    from engine.preflight import (
+        check_buffer_limit,
+        check_keep_float,
+        plan_notes,
+    )
 
     result = plan(load_model_spec(args.model, args.preset), options_from_args(args))
+    check_keep_float(result)
+    notes = [render_message(note) for note in plan_notes(result)]
+    try:
+        check_buffer_limit(result)
+    except OptionsError as refusal:
+        notes.append(f"build refuses this plan: {refusal}")
     if args.json:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "notes": notes})
     else:
         print(render_plan(result, top=args.top))
+        for note in notes:
+            print(f"note: {note}")
     return 0

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
                     seed=args.seed,
                     ep=args.ep,
                     progress=progress,
+                    cancel=getattr(args, "cancel", None),
                 )
         except KeyboardInterrupt:
             raise CancelledError("interrupted") from None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from engine.errors import WeightsError
+from engine.errors import WeightsError, option
 from engine.quantize.blocks import QuantizedBlocks
 from engine.quantize.packing import pack, packed_width
 
@@ -201,16 +201,16 @@ def _check_finite(name: str, lo: np.ndarray, hi: np.ndarray, limit: float) -> No
     # Written so that NaN fails too.
     if not (np.all(np.abs(lo) <= limit) and np.all(np.abs(hi) <= limit)):
         raise WeightsError(
-            f"{name} contains infinities or NaNs; it cannot be quantized. "
-            "Check the checkpoint, or keep this weight in float"
+            f"{name} holds NaN or infinite values: the checkpoint is damaged. Re-download it "
+            "or re-save it from a model that loads in transformers"
         )
 
 
 def _check_scales(name: str, scales: np.ndarray) -> None:
     if not np.all(np.isfinite(scales)):
         raise WeightsError(
-            f"{name} has values too large for {scales.dtype} scales; "
-            "use float32 scales, or keep this weight in float"
+            f"{name} has values too large for {scales.dtype} scales; export with "
+            f"{option('dtype', 'fp32')} (the scales take the activation dtype)"
         )
 
 

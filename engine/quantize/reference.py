@@ -65,8 +65,9 @@ def ort_quantize(
             returned ones are the implicit 8 / 128.
 
     Returns:
-        The quantizer's bytes: qweight ``[N, K * bits // 8]``, scales ``[N, K // bs]`` in
-        ``weight``'s dtype, zero points.
+        The quantizer's bytes: qweight ``[N, blocks * bs * bits // 8]`` (K padded with zeros to
+        whole blocks, as the quantizer does), scales ``[N, blocks]`` in ``weight``'s dtype,
+        zero points; ``blocks = ceil(K / bs)``.
     """
     from onnx import numpy_helper
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -78,9 +79,9 @@ def ort_quantize(
     )
     quantizer.process()
     inits = {t.name: t for t in quantizer.model.model.graph.initializer}
-    qweight = numpy_helper.to_array(inits[f"B_Q{bits}"]).reshape(n, k * bits // 8)
-    scales = numpy_helper.to_array(inits["B_scales"]).reshape(n, k // block_size)
-    blocks = k // block_size
+    blocks = -(-k // block_size)
+    qweight = numpy_helper.to_array(inits[f"B_Q{bits}"]).reshape(n, blocks * block_size * bits // 8)
+    scales = numpy_helper.to_array(inits["B_scales"]).reshape(n, blocks)
     if symmetric:
         zp = np.full((n, packed_width(blocks, bits)), 0x88 if bits == 4 else 0x80, np.uint8)
     else:
@@ -106,8 +107,8 @@ def matmul_nbits_model(
     """A model ``y = MatMulNBits(x, B)`` with input ``x`` ``[batch, K]``.
 
     Args:
-        blocks: The quantized weight ``[N, K]``.
-        k: In features.
+        blocks: The quantized weight ``[N, K]``, K padded to whole blocks.
+        k: In features (the op's K, before padding).
         n: Out features.
         bits: 4 or 8.
         block_size: Values per block.
@@ -119,7 +120,7 @@ def matmul_nbits_model(
     from onnx import helper, numpy_helper
 
     elem = _ONNX_TYPE[blocks.scales.dtype.name]
-    b = blocks.qweight.reshape(n, k // block_size, block_size * bits // 8)
+    b = blocks.qweight.reshape(n, -(-k // block_size), block_size * bits // 8)
     node = helper.make_node(
         "MatMulNBits",
         ["x", "B", "scales", "zero_points"],
@@ -151,7 +152,8 @@ def gather_block_quantized_model(
     """A model ``y = GatherBlockQuantized(table, ids)`` over a quantized ``[V, D]`` table.
 
     Args:
-        blocks: The quantized table.
+        blocks: The quantized table; its qweight as GatherBlockQuantized takes it (for a
+            width that is not whole blocks, :meth:`QuantizedBlocks.gather_data`).
         bits: 4 or 8.
         block_size: Values per block.
         num_ids: Length of the int64 ``ids`` input.

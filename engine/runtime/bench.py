@@ -39,11 +39,69 @@ __all__ = [
     "RuntimeName",
     "bench",
     "bench_prompt",
+    "check_fits",
     "compare_capture",
+    "fit_lengths",
     "interleave",
     "run_bench",
     "validate_capture",
 ]
+
+
+DEFAULT_PROMPT_LENGTH = 128
+DEFAULT_NEW_TOKENS = 64
+
+
+def sequence_limit(package: Package) -> int:
+    """The longest prompt + generation the package can run (0 when it does not say):
+    its RoPE caches (context_length) and its preallocated KV buffer (search.max_length)."""
+    limits = [n for n in (package.context_length, package.max_length) if n > 0]
+    return min(limits) if limits else 0
+
+
+def fit_lengths(
+    package: Package, prompt_length: int | None = None, new_tokens: int | None = None
+) -> tuple[int, int]:
+    """Prompt and generated lengths for a benchmark of ``package``.
+
+    Lengths left ``None`` take the defaults (128 + 64), shrunk to fit the package; given
+    ones are kept, and refused up front, with the numbers, when they do not fit.
+
+    Raises:
+        OptionsError: The lengths do not fit the package.
+    """
+    from engine.errors import OptionsError, option
+
+    limit = sequence_limit(package)
+    if limit and limit < 3:
+        raise OptionsError(
+            f"'{package.path}' supports sequences of {limit} token(s) only; a benchmark needs "
+            "at least 3 (a prompt token and 2 new ones). Rebuild it with a longer "
+            f"{option('max_length')}"
+        )
+    new = new_tokens
+    prompt = prompt_length
+    if limit:
+        if new is None:
+            room = limit - (prompt if prompt is not None else 1)
+            new = max(2, min(DEFAULT_NEW_TOKENS, room, limit // 3))
+        if prompt is None:
+            prompt = max(1, min(DEFAULT_PROMPT_LENGTH, limit - new))
+    prompt = DEFAULT_PROMPT_LENGTH if prompt is None else prompt
+    new = DEFAULT_NEW_TOKENS if new is None else new
+    if limit and prompt + new > limit:
+        raise OptionsError(
+            f"a prompt of {prompt} plus {new} new tokens is {prompt + new} tokens, more than "
+            f"the {limit} this package supports; choose a shorter {option('prompt_len')} / "
+            f"{option('new_tokens')} (for example {max(1, limit - min(new, limit // 3))} + "
+            f"{min(new, limit // 3)}), or rebuild it with a longer {option('max_length')}"
+        )
+    return prompt, new
+
+
+def check_fits(package: Package, config: BenchConfig) -> None:
+    """Refuse a benchmark longer than the package supports, before loading anything."""
+    fit_lengths(package, config.prompt_length, config.new_tokens)
 
 
 def bench_prompt(vocab_size: int, length: int, seed: int = 0) -> list[int]:
@@ -102,7 +160,8 @@ class BenchSession:
             provider=str(getattr(runner, "provider", "")),
             graph_capture=self.graph_capture,
             kv_mode=str(getattr(runner, "kv_mode", share)),
-            prompt_length=config.prompt_length,
+            # A media prompt's length is what genai's processor made of it.
+            prompt_length=runs[0].prompt_length,
             new_tokens=config.new_tokens,
             repeats=len(runs),
             warmup=config.warmup,
@@ -132,8 +191,8 @@ def bench(
     *,
     runtime: RuntimeName = "ort",
     ep: str | None = None,
-    prompt_length: int = 128,
-    new_tokens: int = 64,
+    prompt_length: int | None = None,
+    new_tokens: int | None = None,
     repeats: int = 3,
     warmup: int = 1,
     graph_capture: bool = False,
@@ -143,9 +202,13 @@ def bench(
 ) -> BenchResult:
     """Benchmark a package: the keyword-argument entry point for scripts and the app.
 
+    ``prompt_length`` / ``new_tokens`` left ``None`` take 128 + 64, shrunk to fit the package.
+
     Raises:
         EngineError: A package, EP or option problem, with what to do about it.
     """
+    pkg = package if isinstance(package, Package) else open_package(package)
+    prompt_length, new_tokens = fit_lengths(pkg, prompt_length, new_tokens)
     config = BenchConfig(
         runtime=runtime,
         ep=ep,
@@ -156,7 +219,7 @@ def bench(
         threads=threads,
     )
     result, _ = run_bench(
-        package, config, graph_capture=graph_capture, progress=progress, cancel=cancel
+        pkg, config, graph_capture=graph_capture, progress=progress, cancel=cancel
     )
     return result
 
@@ -328,6 +391,14 @@ def validate_capture(
 def _open(
     pkg: Package, config: BenchConfig, graph_capture: bool
 ) -> tuple[Callable[..., Generation], Any]:
+    check_fits(pkg, config)
+    if pkg.vocab_size < 1:
+        from engine.errors import PackageError
+
+        raise PackageError(
+            f"'{pkg.path}': genai_config.json gives no model.vocab_size; a benchmark draws its "
+            "prompt from the vocabulary. Fix the file or rebuild the package"
+        )
     max_length = config.prompt_length + config.new_tokens
     if config.runtime == "genai":
         from engine.runtime.genai_runner import GenaiRunner

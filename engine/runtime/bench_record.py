@@ -43,6 +43,8 @@ class BenchConfig:
             ("new tokens", self.new_tokens, 2),
             ("repeats", self.repeats, 1),
             ("warm-up runs", self.warmup, 0),
+            ("seed", self.seed, 0),
+            ("threads", 1 if self.threads is None else self.threads, 1),
         ):
             if value < least:
                 raise OptionsError(f"{label} must be at least {least}, got {value}")

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from engine.caps import get_caps
-from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
+from engine.errors import (
+    EngineError,
+    OptionsError,
+    PackageError,
+    RuntimeUnavailableError,
+    option,
+)
 from engine.progress import CancelToken
 from engine.runtime.generation import Generation
 from engine.runtime.media import MediaPrompt
@@ -66,16 +72,22 @@ class GenaiRunner:
         self.package = package if isinstance(package, Package) else open_package(package)
         self.ep = ep or self.package.ep
         caps = require_provider(self.ep)
-        config = og.Config(str(self.package.path))
-        if threads:
-            options = {"session_options": {"intra_op_num_threads": threads}}
-            config.overlay(json.dumps({"model": {"decoder": options}}))
-        config.clear_providers()
         provider = caps.genai_provider
-        if provider is not None:
-            config.append_provider(provider)
-            for key, value in self._provider_options(provider).items():
-                config.set_provider_option(provider, key, value)
+        try:  # genai parses genai_config.json itself and raises RuntimeError for any problem
+            config = og.Config(str(self.package.path))
+            if threads:
+                options = {"session_options": {"intra_op_num_threads": threads}}
+                config.overlay(json.dumps({"model": {"decoder": options}}))
+            config.clear_providers()
+            if provider is not None:
+                config.append_provider(provider)
+                for key, value in self._provider_options(provider).items():
+                    config.set_provider_option(provider, key, value)
+        except RuntimeError as exc:
+            raise PackageError(
+                f"onnxruntime-genai cannot read {self.package.path / 'genai_config.json'}: "
+                f"{exc}; fix the file or rebuild the package"
+            ) from exc
         if graph_capture:
             if caps.capture_option is None or provider is None:
                 raise OptionsError(

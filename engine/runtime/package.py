@@ -100,7 +100,7 @@ class Package:
         """Activation dtype from the manifest (fp32, fp16, bf16), when known."""
         options = (self.manifest or {}).get("options") or {}
         value = options.get("dtype")
-        return str(value) if value else None
+        return value if isinstance(value, str) and value else None
 
     @property
     def quantized(self) -> bool:
@@ -111,8 +111,12 @@ class Package:
 def open_package(path: str | os.PathLike[str]) -> Package:
     """Open a package folder and check that every file it names is there.
 
+    Every genai_config and manifest field the runners read is checked for its type here, so a
+    hand-edited file fails with one message naming the field.
+
     Raises:
-        PackageError: The folder is missing, is not a package, or names missing files.
+        PackageError: The folder is missing, is not a package, names missing files, or holds
+            a genai_config / manifest field of the wrong type.
     """
     folder = Path(path).expanduser()
     if not folder.exists():
@@ -121,17 +125,21 @@ def open_package(path: str | os.PathLike[str]) -> Package:
         raise PackageError(f"'{folder}' is a file, not a package folder; {_BUILD_HINT}")
     config = _read_json(folder / GENAI_CONFIG, required=True) or {}
     manifest = _read_json(folder / MANIFEST, required=False)
+    where = f"{folder / GENAI_CONFIG}"
     model = _section(config, "model", folder)
     decoder = _section(model, "decoder", folder, prefix="model.")
     filename = decoder.get("filename")
     if not isinstance(filename, str) or not filename:
         raise PackageError(
-            f"{folder / GENAI_CONFIG}: model.decoder.filename is missing; "
-            "the file must name the decoder's .onnx file"
+            f"{where}: model.decoder.filename is missing; the file must name the decoder's "
+            ".onnx file"
         )
+    _check_config_types(config, where)
+    if manifest is not None and not isinstance(manifest.get("options", {}), dict):
+        raise PackageError(f"{folder / MANIFEST}: 'options' must be an object")
     _check_session_files(folder, model)
     search = config.get("search") or {}
-    context = int(model.get("context_length") or search.get("max_length") or 0)
+    context = _count(model, "context_length", where) or _count(search, "max_length", where)
     inputs = decoder.get("inputs") or {}
     outputs = decoder.get("outputs") or {}
     defaults = IoNames()
@@ -144,17 +152,26 @@ def open_package(path: str | os.PathLike[str]) -> Package:
         present_key=outputs.get("present_key_names", defaults.present_key),
         present_value=outputs.get("present_value_names", defaults.present_value),
     )
+    for label, template in (
+        ("inputs.past_key_names", io.past_key),
+        ("inputs.past_value_names", io.past_value),
+        ("outputs.present_key_names", io.present_key),
+        ("outputs.present_value_names", io.present_value),
+    ):
+        if template.count("%d") != 1 or "%" in template.replace("%d", ""):
+            raise PackageError(
+                f"{where}: model.decoder.{label} must hold one '%d' for the layer number, "
+                f"got '{template}'"
+            )
     eos = model.get("eos_token_id")
-    eos_ids = tuple(
-        int(e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos])
-    )
+    eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
     return Package(
         path=folder.absolute(),
         decoder_file=(folder / filename).absolute(),
         model_type=str(model.get("type", "")),
-        vocab_size=int(model.get("vocab_size") or 0),
+        vocab_size=_count(model, "vocab_size", where),
         context_length=context,
-        max_length=int(search.get("max_length") or context),
+        max_length=_count(search, "max_length", where) or context,
         share_buffer=bool(search.get("past_present_share_buffer", False)),
         ep=_package_ep(decoder, manifest),
         io=io,
@@ -163,6 +180,78 @@ def open_package(path: str | os.PathLike[str]) -> Package:
         config=config,
         manifest=manifest,
     )
+
+
+def _count(section: Mapping[str, Any], key: str, where: str) -> int:
+    value = section.get(key)
+    return 0 if value is None else int(value)
+
+
+def _check_config_types(config: Mapping[str, Any], where: str) -> None:
+    """The types of every genai_config field the runners read (values are checked where
+    they are used)."""
+
+    def fail(field: str, want: str, value: Any) -> PackageError:
+        return PackageError(
+            f"{where}: '{field}' must be {want}, got {value!r}; fix the file or rebuild the package"
+        )
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    model, search = config["model"], config.get("search")
+    if search is not None and not isinstance(search, dict):
+        raise fail("search", "an object", search)
+    for section, prefix in ((model, "model."), (search or {}, "search.")):
+        for key in ("context_length", "vocab_size", "max_length"):
+            if section.get(key) is not None and not whole(section[key]):
+                raise fail(prefix + key, "a whole number", section[key])
+    share = (search or {}).get("past_present_share_buffer")
+    if share is not None and not isinstance(share, bool):
+        raise fail("search.past_present_share_buffer", "true or false", share)
+    eos = model.get("eos_token_id")
+    if eos is not None and not (whole(eos) or (isinstance(eos, list) and all(map(whole, eos)))):
+        raise fail("model.eos_token_id", "a token id or a list of them", eos)
+    if model.get("type") is not None and not isinstance(model["type"], str):
+        raise fail("model.type", "a name", model["type"])
+    for name, section in model.items():
+        if not isinstance(section, dict) or "filename" not in section:
+            continue
+        label = f"model.{name}"
+        filename = section["filename"]
+        if not isinstance(filename, str) or not filename:
+            raise fail(f"{label}.filename", "a file name", filename)
+        if Path(filename).is_absolute() or ".." in Path(filename).parts:
+            raise PackageError(
+                f"{where}: {label}.filename '{filename}' is outside the package folder; "
+                "session files must be inside it"
+            )
+        for key in ("inputs", "outputs"):
+            names = section.get(key)
+            if names is None:
+                continue
+            if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+                raise fail(f"{label}.{key}", "an object of names", names)
+        options = section.get("session_options")
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            raise fail(f"{label}.session_options", "an object", options)
+        providers = options.get("provider_options")
+        if providers is None:
+            continue
+        if not isinstance(providers, list):
+            raise fail(f"{label}.session_options.provider_options", "a list", providers)
+        for entry in providers:
+            if not isinstance(entry, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, (str, int, float)) for x in v.values())
+                for v in entry.values()
+            ):
+                raise fail(
+                    f"{label}.session_options.provider_options",
+                    'a list of {"provider": {"option": "value"}} objects',
+                    entry,
+                )
 
 
 def _read_json(path: Path, *, required: bool) -> dict[str, Any] | None:
@@ -240,7 +329,7 @@ def _missing_data(onnx_file: Path) -> list[str]:
 
 def _package_ep(decoder: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> str:
     options = (manifest or {}).get("options") or {}
-    if isinstance(options.get("ep"), str):
+    if isinstance(options.get("ep"), str) and options["ep"] in list_eps():
         return str(options["ep"])
     for entry in (decoder.get("session_options") or {}).get("provider_options") or []:
         for key in entry:

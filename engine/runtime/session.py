@@ -8,10 +8,12 @@ session is profiled and :func:`read_placement` counts the nodes each provider ra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -104,6 +106,23 @@ def require_provider(ep: str) -> EpCapabilities:
     return caps
 
 
+class _ProfileState:
+    """Whether a session's profile is still being recorded (its file not yet written)."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+
+def _discard_profile(session: Any, state: _ProfileState) -> None:
+    """End a profile nobody read (the run failed before placement was measured) and delete
+    its file, which onnxruntime would otherwise write into the temporary folder."""
+    if not state.open:
+        return
+    state.open = False
+    with contextlib.suppress(Exception):  # a session that failed half-way: nothing to clean
+        Path(session.end_profiling()).unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class SessionHandle:
     """An onnxruntime session and how it was made."""
@@ -115,6 +134,7 @@ class SessionHandle:
     graph_capture: bool
     load_seconds: float
     profiling: bool = False
+    profile_state: _ProfileState = field(default_factory=_ProfileState, repr=False, compare=False)
 
 
 def create_session(
@@ -189,7 +209,7 @@ def create_session(
             "(Vulkan, Metal or D3D12) is present; no CPU numbers are reported as "
             f"{caps.display_name}"
         )
-    return SessionHandle(
+    handle = SessionHandle(
         session=session,
         ep=caps.name,
         provider=provider,
@@ -198,6 +218,9 @@ def create_session(
         load_seconds=time.perf_counter() - started,
         profiling=profile_first_run,
     )
+    if profile_first_run:
+        weakref.finalize(handle, _discard_profile, session, handle.profile_state)
+    return handle
 
 
 @dataclass(frozen=True)
@@ -236,8 +259,9 @@ def read_placement(handle: SessionHandle) -> Placement:
         RuntimeUnavailableError: The requested EP ran no node at all (e.g. WebGPU with no
             adapter silently running everything on the CPU).
     """
-    if not handle.profiling:
+    if not handle.profiling or not handle.profile_state.open:
         return Placement(requested=handle.provider)
+    handle.profile_state.open = False
     profile = Path(handle.session.end_profiling())
     try:
         events = json.loads(profile.read_text(encoding="utf-8"))

@@ -1,37 +1,51 @@
-"""Turns planned tensors into lazily produced initializer data.
+"""Turns planned tensors into initializer data, produced in bounded row chunks.
 
-Each planned tensor becomes an ``onnx_ir.LazyTensor`` whose function reads (or
-computes) its slice, converts and quantizes it when the writer asks for its bytes; the
-writer streams them to disk one at a time, so only the tensors in flight are in memory.
+Each planned tensor becomes a :class:`PieceTensor`: an ``onnx_ir.LazyTensor`` that knows
+its weight, piece and part. The package writer (:mod:`engine.weights.stream_writer`) asks
+:meth:`TensorFactory.chunks` for a piece's data and gets every part of it (the float data,
+or the codes, scales and zero points of a quantized piece) one row chunk at a time, from
+one pass over the source rows: rows are independent for every storage (tables are
+gathered by row, quantization blocks run along a row), so no tensor is ever whole in
+memory, however large (E2B's fused per-layer table is 9.4 GB in fp32).
+:meth:`TensorFactory.produce` still gives whole arrays, for in-memory use (tests, small
+graphs).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from engine.dtypes import ir_dtype, numpy_dtype
-from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan, quantized_shapes
+from engine.errors import WeightsError, option
+from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan
 from engine.progress import CancelToken
 from engine.spec import ModelSpec
 from engine.weights.sources import WeightSource
 
-_CHUNK_ELEMENTS = 16 * 1024 * 1024
-"""Source elements read (and converted or quantized) at a time: 64 MiB of float32."""
+CHUNK_ELEMENTS = 8 * 1024 * 1024
+"""Source elements read (and converted or quantized) at a time: 32 MiB of float32. With
+the writer's few workers and the quantizer's temporaries, a few hundred MB in all."""
+
+Chunk = dict[str, np.ndarray]
+"""The next rows of every part of a piece (``weight``, or ``qweight`` / ``scales`` /
+``zero_points``): each part's bytes continue where its previous chunk's ended."""
 
 
-@dataclass
-class _Pending:
-    """Quantized parts of one piece, kept until every part has been written."""
+def _offset(piece: Piece, rows_read: int) -> tuple[int, int]:
+    """Where a chunk read ``rows_read`` rows into a piece starts in the whole tensor."""
+    if piece.axis == 0:
+        return piece.start + rows_read, 0
+    return rows_read, piece.start
 
-    lock: threading.Lock
-    parts: dict[str, np.ndarray] | None = None
-    remaining: int = 0
+
+def _position(index: np.ndarray, offset: tuple[int, int]) -> str:
+    """``[row, col]`` of an element of a chunk, in the whole tensor's indices."""
+    return str([int(i) + offset[axis] for axis, i in enumerate(index[:2])] + list(index[2:]))
 
 
 def rope_cache(spec: ModelSpec, name: str, length: int) -> np.ndarray:
@@ -40,6 +54,58 @@ def rope_cache(spec: ModelSpec, name: str, length: int) -> np.ndarray:
     head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
     cos, sin = spec.rope[kind].cos_sin(head_dim, length)  # type: ignore[index]
     return cos if part.startswith("cos") else sin
+
+
+def rope_cache_rows(spec: ModelSpec, name: str, start: int, stop: int) -> np.ndarray:
+    """Rows ``[start, stop)`` (positions) of :func:`rope_cache`, computed alone: the same
+    float32 arithmetic as ``RopeSpec.cos_sin``, element by element."""
+    _, kind, part = name.split(".")
+    head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
+    inv = spec.rope[kind].inv_freq(head_dim).astype(np.float32)  # type: ignore[index]
+    angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
+    return (np.cos(angles) if part.startswith("cos") else np.sin(angles)).astype(np.float32)
+
+
+class PieceTensor(ir.LazyTensor):
+    """A planned initializer: whole when asked for its array or bytes, streamed in row
+    chunks by ``tofile`` and by the package writer."""
+
+    def __init__(
+        self, factory: TensorFactory, weight: WeightPlan, piece: Piece, tensor: PlannedTensor
+    ) -> None:
+        super().__init__(
+            lambda: factory.whole(weight, piece, tensor),
+            dtype=ir_dtype(tensor.dtype),
+            shape=ir.Shape(tensor.shape),
+            name=tensor.name,
+        )
+        self.factory = factory
+        self.weight = weight
+        self.piece = piece
+        self.planned = tensor
+
+    @property
+    def group(self) -> tuple[str, int]:
+        """The piece this tensor is a part of: parts of one piece come from one pass."""
+        return (self.weight.name, self.piece.index)
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Every part of this tensor's piece, row chunk by row chunk."""
+        return self.factory.chunks(self.weight, self.piece)
+
+    def tofile(self, file: object) -> None:
+        """Write this part's bytes chunk by chunk (a quantized piece is quantized once per
+        part this way; the package writer writes all parts from one pass instead)."""
+        for chunk in self.chunks():
+            file.write(as_bytes(chunk[self.planned.part]))  # type: ignore[attr-defined]
+
+
+def as_bytes(array: np.ndarray) -> memoryview:
+    """The array's bytes, as stored in ONNX (little-endian, row-major), without a copy when
+    it is already contiguous."""
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 class TensorFactory:
@@ -56,102 +122,151 @@ class TensorFactory:
         self.source = source
         self.cancel = cancel or CancelToken()
         self.on_produced = on_produced
-        self._pending: dict[tuple[str, int], _Pending] = {}
 
-    def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> ir.LazyTensor:
+    def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
         """An initializer whose bytes are produced only when written."""
-        if weight.quantized:
-            self._pending[(weight.name, piece.index)] = _Pending(threading.Lock())
+        return PieceTensor(self, weight, piece, tensor)
 
-        def produce() -> ir.TensorProtocol:
-            self.cancel.raise_if_cancelled()
-            array = self.produce(weight, piece, tensor)
-            if array.shape != tensor.shape or array.dtype != numpy_dtype(tensor.dtype):
-                raise AssertionError(
-                    f"{tensor.name}: produced {array.dtype}{list(array.shape)}, "
-                    f"planned {tensor.dtype}{list(tensor.shape)}"
-                )
-            if self.on_produced is not None:
-                self.on_produced(tensor)
-            return ir.Tensor(array, dtype=ir_dtype(tensor.dtype), name=tensor.name)
-
-        return ir.LazyTensor(
-            produce, dtype=ir_dtype(tensor.dtype), shape=ir.Shape(tensor.shape), name=tensor.name
-        )
+    def whole(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> ir.Tensor:
+        """One planned tensor, whole, as an ``onnx_ir`` tensor."""
+        self.cancel.raise_if_cancelled()
+        array = self.produce(weight, piece, tensor)
+        if self.on_produced is not None:
+            self.on_produced(tensor)
+        return ir.Tensor(array, dtype=ir_dtype(tensor.dtype), name=tensor.name)
 
     def produce(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> np.ndarray:
         """The data of one planned tensor, in its planned dtype and shape."""
-        target = numpy_dtype(tensor.dtype)
-        if weight.weight.role == "rope_cache":
-            return rope_cache(self.plan.spec, weight.name, self.plan.context_length).astype(target)
-        if weight.quantized:
-            return self._quantized_part(weight, piece, tensor)
-        if weight.storage == "float_t":
-            data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
-            return np.ascontiguousarray(data.T.astype(target, copy=False))
-        if not tensor.shape:  # 0-d (a clip bound)
-            return np.asarray(self.source.read(weight.weight, 0, 0, 1), dtype=target).reshape(())
-        out = np.empty(tensor.shape, dtype=target)
-        for rows, chunk in self._row_chunks(weight, piece):
-            out[rows] = chunk
+        out = np.empty(tensor.shape, dtype=numpy_dtype(tensor.dtype))
+        flat = out.reshape(-1)
+        filled = 0
+        for chunk in self.chunks(weight, piece):
+            part = chunk[tensor.part]
+            if part.dtype != out.dtype:
+                raise AssertionError(
+                    f"{tensor.name}: produced {part.dtype}, planned {tensor.dtype}"
+                )
+            flat[filled : filled + part.size] = part.reshape(-1)
+            filled += part.size
+        if filled != out.size:
+            raise AssertionError(
+                f"{tensor.name}: produced {filled} elements, planned {list(tensor.shape)}"
+            )
         return out
 
-    def _row_chunks(self, weight: WeightPlan, piece: Piece) -> Iterator[tuple[slice, np.ndarray]]:
-        """The piece's source data in bounded row chunks (rows are independent for every
-        storage: tables are gathered by row, quantization blocks run along a row)."""
-        shape = weight.weight.shape
-        row_elems = math.prod(shape[1:]) if piece.axis == 0 else piece.stop - piece.start
-        if piece.axis == 0 and len(shape) > 1:
-            first, last = piece.start, piece.stop
-            step = max(1, _CHUNK_ELEMENTS // max(row_elems, 1))
-            for begin in range(first, last, step):
-                end = min(last, begin + step)
+    def chunks(self, weight: WeightPlan, piece: Piece) -> Iterator[Chunk]:
+        """Every part of a piece, in row chunks of at most :data:`CHUNK_ELEMENTS` source
+        elements, each already in its planned dtype."""
+        target = numpy_dtype(weight.dtype)
+        if weight.weight.role == "rope_cache":
+            length = self.plan.context_length
+            step = max(1, CHUNK_ELEMENTS // max(weight.weight.shape[-1], 1))
+            for begin in range(0, length, step):
                 self.cancel.raise_if_cancelled()
-                rows = slice(begin - first, end - first)
-                yield rows, self.source.read(weight.weight, 0, begin, end)
+                end = min(length, begin + step)
+                rows = rope_cache_rows(self.plan.spec, weight.name, begin, end)
+                yield {"weight": rows.astype(target, copy=False)}
+            return
+        if weight.storage == "float_t":
+            # [out, in] -> [in, out]: a transpose needs the whole weight (one linear layer,
+            # tens of MB); its rows are not the source's rows.
+            data = self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
+            self._check_values(weight, data, target, _offset(piece, 0))
+            yield {"weight": np.ascontiguousarray(data.T.astype(target, copy=False))}
+            return
+        if not weight.weight.shape:  # 0-d (a clip bound)
+            data = np.asarray(self.source.read(weight.weight, 0, 0, 1))
+            self._check_values(weight, data, target, (0, 0))
+            yield {"weight": data.astype(target).reshape(())}
+            return
+        rows_read = 0
+        for rows in self._source_rows(weight, piece):
+            if weight.quantized:
+                yield self._quantize(weight, rows)
+            else:
+                # Quantized weights are not checked: their scales, not their values, must
+                # fit the dtype (as before the chunked writer).
+                self._check_values(weight, rows, target, _offset(piece, rows_read))
+                yield {"weight": rows.astype(target, copy=False)}
+            rows_read += rows.shape[0]
+
+    def _check_values(
+        self, weight: WeightPlan, data: np.ndarray, target: np.dtype, offset: tuple[int, int]
+    ) -> None:
+        """Refuse NaN / infinite values, and values the target float dtype cannot hold."""
+        if getattr(self.source, "values_trusted", False) or data.size == 0:
+            return
+        limit = float(ml_dtypes.finfo(target).max)
+        with np.errstate(invalid="ignore"):  # NaN propagates into both
+            lo, hi = float(np.min(data)), float(np.max(data))
+        if -limit <= lo and hi <= limit:
+            return
+        values = np.asarray(data, dtype=np.float32)
+        name = self._tensor_name(weight)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            where = _position(np.argwhere(bad)[0], offset)
+            raise WeightsError(
+                f"{name} holds {int(bad.sum()):,} NaN or infinite value(s), the first at "
+                f"{where}: the checkpoint is damaged. Re-download it or re-save it from a "
+                "model that loads in transformers"
+            )
+        index = np.argwhere(np.abs(values) > limit)[0]
+        value = float(values[tuple(index)])
+        raise WeightsError(
+            f"{name} holds {value:.6g} at {_position(index, offset)}, beyond the largest "
+            f"{self.plan.options.dtype} value ({limit:.6g}); export with "
+            f"{option('dtype', 'fp32')} (or bf16 where the EP runs it)"
+        )
+
+    def _tensor_name(self, weight: WeightPlan) -> str:
+        describe = getattr(self.source, "tensor_name", None)
+        return f"'{describe(weight.weight)}'" if describe else f"'{weight.name}'"
+
+    def _source_rows(self, weight: WeightPlan, piece: Piece) -> Iterator[np.ndarray]:
+        """The piece's source data in bounded chunks of whole rows (of axis 0)."""
+        shape = weight.weight.shape
+        if piece.axis == 0:
+            first, last = piece.start, piece.stop
+            row_elems = math.prod(shape[1:])
         else:
-            yield slice(None), self.source.read(weight.weight, piece.axis, piece.start, piece.stop)
+            first, last = 0, shape[0]
+            row_elems = math.prod(shape[1:]) // shape[piece.axis] * (piece.stop - piece.start)
+        step = max(1, CHUNK_ELEMENTS // max(row_elems, 1))
+        for begin in range(first, last, step):
+            end = min(last, begin + step)
+            self.cancel.raise_if_cancelled()
+            if piece.axis == 0:
+                yield self.source.read(weight.weight, 0, begin, end)
+            else:
+                yield self.source.read(
+                    weight.weight, piece.axis, piece.start, piece.stop, rows=(begin, end)
+                )
 
-    def _quantized_part(
-        self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor
-    ) -> np.ndarray:
-        key = (weight.name, piece.index)
-        pending = self._pending.setdefault(key, _Pending(threading.Lock()))
-        with pending.lock:
-            if pending.parts is None:
-                pending.parts = self._quantize_piece(weight, piece)
-                pending.remaining = len(piece.tensors)
-            array = pending.parts[tensor.part].reshape(tensor.shape)
-            pending.remaining -= 1
-            if pending.remaining == 0:
-                pending.parts = None
-                self._pending.pop(key, None)
-            return array
-
-    def _quantize_piece(self, weight: WeightPlan, piece: Piece) -> dict[str, np.ndarray]:
-        """Quantize one piece chunk by chunk into preallocated 2-D part arrays."""
+    def _quantize(self, weight: WeightPlan, rows: np.ndarray) -> Chunk:
+        """Quantize whole rows: blocks run along a row, so chunks quantize independently
+        and their parts' bytes follow each other in the planned tensors."""
         from engine.quantize import quantize
 
         assert weight.bits is not None and weight.block_size is not None
-        rows = piece.stop - piece.start if piece.axis == 0 else weight.weight.shape[0]
-        cols = weight.weight.shape[1] if piece.axis == 0 else piece.stop - piece.start
-        shapes = quantized_shapes(rows, cols, weight.bits, weight.block_size, "gbq")
-        scale_dtype = numpy_dtype(weight.dtype)
-        parts = {
-            "qweight": np.empty(shapes["qweight"], np.uint8),
-            "scales": np.empty(shapes["scales"], scale_dtype),
-            "zero_points": np.empty(shapes["zero_points"], np.uint8),
+        # Blocks run along the last axis; leading axes (the experts of a [E, N, K] tensor)
+        # are rows like the others, so a 3-D chunk is quantized as [E * N, K].
+        cols = rows.shape[-1]
+        blocks = quantize(
+            rows.reshape(-1, cols),
+            bits=weight.bits,
+            block_size=weight.block_size,
+            symmetric=weight.symmetric,
+            scale_dtype=numpy_dtype(weight.dtype),
+            method=self.plan.options.quant_method,
+            name=self._tensor_name(weight),
+        )
+        # MatMulNBits' blocks padded to whole ones, GatherBlockQuantized's rows as they are.
+        qweight = (
+            blocks.gather_data(cols, weight.bits) if weight.storage == "gbq" else blocks.qweight
+        )
+        return {
+            "qweight": qweight,
+            "scales": blocks.scales,
+            "zero_points": blocks.zero_points,
         }
-        for index, chunk in self._row_chunks(weight, piece):
-            blocks = quantize(
-                chunk,
-                bits=weight.bits,
-                block_size=weight.block_size,
-                symmetric=weight.symmetric,
-                scale_dtype=scale_dtype,
-                method=self.plan.options.quant_method,
-            )
-            parts["qweight"][index] = blocks.qweight
-            parts["scales"][index] = blocks.scales
-            parts["zero_points"][index] = blocks.zero_points
-        return parts

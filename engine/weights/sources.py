@@ -17,36 +17,59 @@ _MAX_LISTED = 20
 
 
 class WeightSource(Protocol):
-    """Reads a logical weight, or a slice of one axis of it, in checkpoint layout."""
+    """Reads a logical weight, or a slice of one axis of it, in checkpoint layout.
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray: ...
+    ``rows``, with ``axis`` > 0, restricts axis 0 too (a block of a column slice), so a
+    column piece can be read in bounded row chunks.
+    """
+
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray: ...
 
 
-PartReader = Callable[[LogicalWeight, int, int, int], np.ndarray]
+class PartReader(Protocol):
+    def __call__(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray: ...
 
 
 def read_fused(
-    weight: LogicalWeight, axis: int, start: int, stop: int, read_part: PartReader
+    weight: LogicalWeight,
+    axis: int,
+    start: int,
+    stop: int,
+    read_part: PartReader,
+    rows: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """A slice of a fused weight, assembled from its parts (concatenated along axis 0).
 
-    Only the parts a row slice overlaps are read, each over just the overlapping rows, so
-    a fused weight streams like an ordinary one; a column slice (``axis`` > 0) reads that
-    slice of every part. A part one rank below the weight is one row per ``repeat``.
+    Only the parts the wanted rows overlap are read, each over just the overlapping rows:
+    the rows ``start:stop`` of a row slice, or ``rows`` (all when None) of a column slice
+    (``axis`` > 0). So a fused weight streams in row chunks like an ordinary one. A part
+    one rank below the weight is one row per ``repeat``.
     """
     rank = len(weight.shape)
+    first, last = (start, stop) if axis == 0 else (rows or (0, weight.shape[0]))
     chunks = []
     offset = 0
     for part in weight.parts:
-        rows = part.part_rows(rank)
-        lo, hi = (
-            (max(start, offset), min(stop, offset + rows)) if axis == 0 else (offset, offset + rows)
-        )
-        offset += rows
-        if lo >= hi:
-            continue
-        lo, hi = lo - (offset - rows), hi - (offset - rows)
-        chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, read_part))
+        count = part.part_rows(rank)
+        lo, hi = max(first, offset) - offset, min(last, offset + count) - offset
+        offset += count
+        if lo < hi:
+            part_rows = None if rows is None else (lo, hi)
+            chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, part_rows, read_part))
     return np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
 
 
@@ -58,9 +81,11 @@ def _part_rows(
     stop: int,
     lo: int,
     hi: int,
+    rows: tuple[int, int] | None,
     read_part: PartReader,
 ) -> np.ndarray:
-    """Rows ``lo:hi`` of one part's stacked copies (columns ``start:stop`` when axis > 0)."""
+    """Rows ``lo:hi`` of one part's stacked copies (columns ``start:stop`` when axis > 0;
+    ``rows`` passes ``lo:hi`` on to a column read that was given rows)."""
     if len(part.shape) < rank:  # a row repeated ``repeat`` times
         row = (
             read_part(part, axis - 1, start, stop)
@@ -70,7 +95,10 @@ def _part_rows(
         return np.broadcast_to(row, (hi - lo, *row.shape)).copy()
     base = part.shape[0]
     if part.repeat == 1:
-        return read_part(part, 0, lo, hi) if axis == 0 else read_part(part, axis, start, stop)
+        if axis == 0:
+            return read_part(part, 0, lo, hi)
+        return read_part(part, axis, start, stop, rows=rows)
+    # Stacked copies of a small part: read it once, pick the rows.
     whole = read_part(part, 0, 0, base) if axis == 0 else read_part(part, axis, start, stop)
     return whole[np.arange(lo, hi) % base]
 
@@ -105,10 +133,16 @@ class CheckpointSource:
         unexpected = [
             key for key in self.checkpoint.entries if key not in needed and not self.ignorable(key)
         ]
+        not_float = [
+            f"{key}: {self.checkpoint.entries[key].code}"
+            for key in needed
+            if key in self.checkpoint and not self.checkpoint.entries[key].is_float
+        ]
         problems = []
         for label, items in (
             ("missing", missing),
             ("with the wrong shape", misshaped),
+            ("stored as integers or another non-float dtype where float weights belong", not_float),
             ("unexpected", unexpected),
         ):
             if items:
@@ -128,14 +162,28 @@ class CheckpointSource:
                 + "\nCheck that config.json belongs to these weights."
             )
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read)
+            return read_fused(weight, axis, start, stop, self.read, rows)
         if weight.source is None and weight.fill is not None:
-            return _filled(weight, axis, start, stop)
+            return _filled(weight, axis, start, stop, rows)
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
-        return self.checkpoint.read(weight.source, axis, start, stop)
+        return self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
+
+    def tensor_name(self, weight: LogicalWeight) -> str:
+        """The weight's name in the checkpoint files (for messages); a fused weight's
+        parts, joined."""
+        if weight.parts:
+            return " + ".join(weight.sources) or weight.name
+        return weight.source or weight.name
 
 
 class RandomSource:
@@ -145,27 +193,41 @@ class RandomSource:
     name and the slice, so the same plan always produces the same bytes.
     """
 
+    values_trusted = True
+    """Its values are finite and small: the writer need not check them."""
+
     def __init__(self, seed: int = 0, std: float = 0.02) -> None:
         self.seed = seed
         self.std = std
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         # A fused weight draws each part under the part's own name: the same numbers as
         # the unfused weights wherever the row chunks fall on part boundaries.
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read)
+            return read_fused(weight, axis, start, stop, self.read, rows)
         shape = list(weight.shape)
+        key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}"
         if shape:
             shape[axis] = stop - start
-        key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}".encode()
-        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+            if rows is not None and axis != 0:
+                shape[0] = rows[1] - rows[0]
+                key += f":rows:{rows[0]}:{rows[1]}"
+        digest = hashlib.sha256(key.encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         if weight.fill is not None:
             return np.full(shape, weight.fill, dtype=np.float32)
         # Uniform draws with the requested spread: 1.5x faster than normal ones, and
         # drawing dominates an architecture-only export's time.
         out = rng.random(shape, dtype=np.float32)
         out -= 0.5
-        if weight.role == "norm":
+        if weight.role in ("norm", "scale"):
             out *= 0.2 * 3**0.5
             out += 1.0
         else:
@@ -173,9 +235,13 @@ class RandomSource:
         return out
 
 
-def _filled(weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+def _filled(
+    weight: LogicalWeight, axis: int, start: int, stop: int, rows: tuple[int, int] | None
+) -> np.ndarray:
     shape = list(weight.shape)
     if shape:
         shape[axis] = stop - start
+        if rows is not None and axis != 0:
+            shape[0] = rows[1] - rows[0]
     assert weight.fill is not None
     return np.full(shape, weight.fill, dtype=np.float32)

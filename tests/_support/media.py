@@ -41,3 +41,10 @@ def write_wav(path: Path, seconds: float, rate: int = 16_000, seed: int = 0) -> 
         f.setframerate(rate)
         f.writeframes((np.clip(signal, -1, 1) * 32767).astype("<i2").tobytes())
     return path
+
+
+def read_wav(path: Path) -> np.ndarray:
+    """The samples of a mono 16-bit WAV as float32 in [-1, 1)."""
+    with wave.open(str(path), "rb") as f:
+        pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+    return pcm.astype(np.float32) / 32768.0

@@ -5,6 +5,7 @@ dequantized transformers model a package must compute exactly."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +44,21 @@ def calm_model(model: Any, factor: float = CALM_QK) -> Any:
 
 def forced_logits(package: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
     """Next-token logits [len(tokens) + 1, V] of a package fed ``prompt`` then ``tokens`` one at a
-    time through its KV cache (teacher forcing), float32."""
+    time through its KV cache (teacher forcing), float32. A package whose attention writes
+    into static buffers (``past_present_share_buffer``) gets them, as onnxruntime-genai
+    gives them."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
     index_dtype = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
+    search = json.loads((package / "genai_config.json").read_text()).get("search", {})
+    length = search["max_length"] if search.get("past_present_share_buffer") else 0
     past = {
-        name: np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=np.float32)
+        name: np.zeros(
+            (1, info.shape[1], length, info.shape[3]),
+            dtype=np.float16 if "float16" in info.type else np.float32,
+        )
         for name, info in inputs.items()
         if name.startswith("past_key_values")
     }
@@ -119,27 +127,39 @@ def compare(logits: np.ndarray, reference: np.ndarray) -> Metrics:
     )
 
 
-def exported_weights(result: ExportResult) -> Iterator[tuple[WeightPlan, np.ndarray]]:
-    """Every quantized weight a package stores, dequantized back to float32 [rows, cols]
-    (checkpoint layout), read from the written initializers."""
-    model = onnx.load(str(result.output / "model.onnx"))
+def exported_weights(
+    result: ExportResult, session: str = "decoder"
+) -> Iterator[tuple[WeightPlan, np.ndarray]]:
+    """Every quantized weight a package's ``session`` stores, dequantized back to float32 in
+    its checkpoint layout ([rows, cols], or [E, N, K] experts), read from the written
+    initializers."""
+    planned = result.plan.session(session)
+    model = onnx.load(str(result.output / planned.filename))
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for wp in result.plan.decoder.weights:
+    for wp in planned.weights:
         if not wp.quantized or wp.shares:
             continue
         assert wp.bits is not None and wp.block_size is not None
-        assert len(wp.pieces) == 1, f"{wp.name}: the CPU plan does not split"
-        rows, cols = wp.weight.shape
-        blocks = cols // wp.block_size
-        parts = {t.part: arrays[t.name] for t in wp.pieces[0].tensors}
-        zero_points = parts.get("zero_points")
-        if zero_points is None:  # symmetric MatMulNBits: the op's implicit 8 / 128
-            fill = 0x88 if wp.bits == 4 else 128
-            zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
-        packed = QuantizedBlocks(
-            parts["qweight"].reshape(rows, -1), parts["scales"].reshape(rows, blocks), zero_points
-        )
-        yield wp, dequantize(packed, bits=wp.bits, block_size=wp.block_size)
+        restored = []
+        for piece in wp.pieces:  # split tables: each piece is quantized on its own
+            shape = list(wp.weight.shape)
+            shape[piece.axis] = piece.stop - piece.start
+            *lead, cols = shape  # [E, N, K] experts: rows are E * N
+            rows = int(np.prod(lead))
+            blocks = -(-cols // wp.block_size)  # MatMulNBits pads K to whole blocks
+            parts = {t.part: arrays[t.name] for t in piece.tensors}
+            zero_points = parts.get("zero_points")
+            if zero_points is None:  # symmetric MatMulNBits: the op's implicit 8 / 128
+                fill = 0x88 if wp.bits == 4 else 128
+                zero_points = np.full((rows, -(-blocks * wp.bits // 8)), fill, np.uint8)
+            packed = QuantizedBlocks(
+                parts["qweight"].reshape(rows, -1),
+                parts["scales"].reshape(rows, blocks),
+                zero_points.reshape(rows, -1),
+            )
+            flat = dequantize(packed, bits=wp.bits, block_size=wp.block_size, cols=cols)
+            restored.append(flat.reshape(shape))
+        yield wp, np.concatenate(restored, axis=wp.split_axis or 0)
 
 
 def stored_bytes(result: ExportResult) -> dict[str, int]:
@@ -169,15 +189,23 @@ def total_mse(errors: dict[str, tuple[float, int]]) -> float:
     return sum(e for e, _ in errors.values()) / sum(n for _, n in errors.values())
 
 
-def dequantized_model(model: Any, result: ExportResult) -> Any:
-    """A copy of the transformers model running the package's dequantized weights."""
+def dequantized_model(model: Any, result: ExportResult, session: str = "decoder") -> Any:
+    """A copy of the transformers model running the dequantized weights of the package's
+    ``session``."""
     import torch
 
     restored_model = copy.deepcopy(model)
     params = dict(restored_model.named_parameters())
     with torch.no_grad():
-        for wp, restored in exported_weights(result):
-            params[wp.weight.source].copy_(torch.from_numpy(restored))
+        for wp, restored in exported_weights(result, session):
+            # A fused weight (Q/K/V, gate/up) is its parts' rows, one after the other.
+            offset = 0
+            for part in wp.weight.parts or (wp.weight,):
+                rows = part.part_rows(len(wp.weight.shape)) if wp.weight.parts else len(restored)
+                if part.source is not None:
+                    block = restored[offset : offset + rows]
+                    params[part.source].copy_(torch.from_numpy(np.ascontiguousarray(block)))
+                offset += rows
     return restored_model
 
 

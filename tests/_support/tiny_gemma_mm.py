@@ -147,27 +147,29 @@ MARKERS = {
 """Gemma 4's image / audio marker strings at this tiny model's ids (genai finds them by string)."""
 
 
-def make_mm_tokenizer(path: Path, vocab_size: int) -> None:
+def make_mm_tokenizer(path: Path, vocab_size: int, markers: dict[str, int] | None = None) -> None:
     """The tiny byte-fallback BPE tokenizer of tests._support.tiny_gemma, plus Gemma 4's
-    image / audio marker tokens as special tokens at the config's ids."""
+    image / audio marker tokens as special tokens at the config's ids (``markers``, by
+    default this tiny model's; unused tokens fill the ids between them, so a full-size
+    model's ids work too)."""
     from transformers import GemmaTokenizer
 
+    markers = MARKERS if markers is None else markers
     vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3}
     for i in range(256):
         vocab[f"<0x{i:02X}>"] = len(vocab)
     for ch in "abcdefghijklmnopqrstuvwxyz▁":
         vocab[ch] = len(vocab)
-    first_marker = min(MARKERS.values())
-    while len(vocab) < first_marker:
-        vocab[f"<unused{len(vocab)}>"] = len(vocab)
-    for text, index in sorted(MARKERS.items(), key=lambda item: item[1]):
-        if index != len(vocab):
+    for text, index in sorted(markers.items(), key=lambda item: item[1]):
+        if index < len(vocab):
             raise ValueError(f"marker {text} must get id {index}, the next free id is {len(vocab)}")
+        while len(vocab) < index:
+            vocab[f"<unused{len(vocab)}>"] = len(vocab)
         vocab[text] = index
     if len(vocab) > vocab_size:
         raise ValueError(f"tokenizer needs {len(vocab)} ids, the model has {vocab_size}")
     tokenizer = GemmaTokenizer(vocab=vocab, merges=[])
-    tokenizer.add_special_tokens({"additional_special_tokens": list(MARKERS)})
+    tokenizer.add_special_tokens({"additional_special_tokens": list(markers)})
     tokenizer.save_pretrained(path)
 
 

@@ -50,7 +50,10 @@ def test_changing_options_updates_the_preview_from_the_planner(qtbot, window: Ma
     second = wait_for_preview(qtbot, window, lambda p: "embeddings int4" in p.title)
     expected = plan(load_preset("gemma4-e4b"), ExportOptions(ep="webgpu", embedding_bits=4))
     assert second.total_bytes == expected.nbytes < first.total_bytes
-    split = sorted(w.name for w in expected.decoder.weights if w.is_split and not w.shares)
+    # Every session's splits (E4B's embedding session holds the per-layer table).
+    split = sorted(
+        w.name for s in expected.sessions for w in s.weights if w.is_split and not w.shares
+    )
     table = window.preview.splits
     assert sorted(table.item(r, 0).text() for r in range(table.rowCount())) == split
     ple = next(
@@ -75,6 +78,7 @@ def test_a_burst_of_changes_is_throttled(qtbot, window: MainWindow):
 
 def test_options_the_plan_refuses_show_in_the_banner(qtbot, window: MainWindow, screens):
     _choose(window.target_panel.weight_bits, 4)
+    _choose(window.target_panel.embedding_bits, 4)  # the tied head shares the table's blocks
     _choose(window.target_panel.block_size, 128)  # the tiny model's hidden size is 64
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
     assert "block size 128 does not divide" in window.banner.text

@@ -101,8 +101,8 @@ def test_cancel_midway_leaves_nothing_and_keeps_existing(
 ):
     out = tmp_path / "out"
     if overwrite:
-        out.mkdir()
-        (out / "keep.txt").write_text("previous package")
+        export(out, model_dir=checkpoint)
+    before = {p.name: p.read_bytes() for p in out.iterdir()} if overwrite else {}
     cancel = CancelToken()
     seen: list[str] = []
 
@@ -116,7 +116,7 @@ def test_cancel_midway_leaves_nothing_and_keeps_existing(
     assert any(m.startswith("writing layers.2") for m in seen)
     assert leftovers(tmp_path) == []
     if overwrite:
-        assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:
         assert not out.exists()
 

@@ -3,6 +3,7 @@ by part and hold exactly the bytes of the separate weights, quantized or not."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,23 @@ class ArraySource:
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
         self.arrays = arrays
 
-    def read(self, weight: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
+    def read(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read)
-        if weight.source is None:
-            return np.full(weight.shape, weight.fill, np.float32).take(range(start, stop), axis)
-        return self.arrays[weight.source].take(range(start, stop), axis)
+            return read_fused(weight, axis, start, stop, self.read, rows)
+        data = (
+            np.full(weight.shape, weight.fill, np.float32)
+            if weight.source is None
+            else self.arrays[weight.source]
+        )
+        data = data.take(range(start, stop), axis)
+        return data if rows is None or axis == 0 else data[rows[0] : rows[1]]
 
 
 def test_fused_rows_are_the_parts_rows_whatever_the_slice():
@@ -49,12 +61,25 @@ def test_fused_rows_are_the_parts_rows_whatever_the_slice():
     # A row slice across the boundary reads only the overlapping rows of each part.
     calls: list[tuple[str, int, int, int]] = []
 
-    def spy(part: LogicalWeight, axis: int, start: int, stop: int) -> np.ndarray:
-        calls.append((part.name, axis, start, stop))
-        return whole[(0 if part.name == "a" else 3) + start : (0 if part.name == "a" else 3) + stop]
+    def spy(
+        part: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        calls.append((part.name, axis, start, stop, rows))
+        return source.read(part, axis, start, stop, rows)
 
     np.testing.assert_array_equal(read_fused(fused, 0, 2, 5, spy), whole[2:5])
-    assert calls == [("a", 0, 2, 3), ("b", 0, 0, 2)]
+    assert calls == [("a", 0, 2, 3, None), ("b", 0, 0, 2, None)]
+    # So does a column slice restricted to a block of rows (the streamed writer's chunks).
+    calls.clear()
+    np.testing.assert_array_equal(read_fused(fused, 1, 2, 6, spy, rows=(4, 7)), whole[4:7, 2:6])
+    assert calls == [("b", 1, 2, 6, (1, 4))]
+    calls.clear()
+    np.testing.assert_array_equal(read_fused(fused, 1, 2, 6, spy, rows=(1, 5)), whole[1:5, 2:6])
+    assert calls == [("a", 1, 2, 6, (1, 3)), ("b", 1, 2, 6, (0, 2))]
 
 
 def test_repeated_and_constant_parts_fill_their_rows():
@@ -68,6 +93,7 @@ def test_repeated_and_constant_parts_fill_their_rows():
     np.testing.assert_array_equal(table[3:], np.ones((2, 4), np.float32))
     np.testing.assert_array_equal(source.read(fused, 0, 2, 4), table[2:4])
     np.testing.assert_array_equal(source.read(fused, 1, 1, 3), table[:, 1:3])
+    np.testing.assert_array_equal(source.read(fused, 1, 1, 3, rows=(2, 5)), table[2:5, 1:3])
 
 
 def test_random_fused_weight_draws_its_parts_numbers():
@@ -156,3 +182,56 @@ def test_a_missing_part_is_reported_by_its_checkpoint_key(tiny_models, tmp_path)
     source = CheckpointSource(model_dir, [*weights, ghost], lambda key: False)
     with pytest.raises(WeightsError, match=r"ghost\.weight"):
         source.validate()
+
+
+class _Spy:
+    """A source that records how many elements each read returned."""
+
+    def __init__(self, inner: CheckpointSource) -> None:
+        self.inner = inner
+        self.sizes: list[int] = []
+
+    def read(self, weight, axis, start, stop, rows=None) -> np.ndarray:
+        data = self.inner.read(weight, axis, start, stop, rows)
+        self.sizes.append(data.size)
+        return data
+
+
+@pytest.mark.parametrize(
+    "options", [dict(weight_bits=4, block_size=16), dict(dtype="fp16")], ids=["int4", "fp16"]
+)
+def test_fused_weights_stream_in_bounded_row_chunks(tiny_models, monkeypatch, options):
+    """The streamed writer's chunks of a fused quantized weight read at most the chunk
+    budget from the checkpoint (no part, let alone the fused tensor, whole in memory) and
+    join into the bytes one whole read gives. A float linear is stored transposed, which
+    needs the whole (fused) layer: one read, nothing more."""
+    from engine.hf_config import load_spec
+    from engine.plan import plan
+    from engine.weights import factory as factory_module
+    from engine.weights.factory import TensorFactory
+
+    model_dir, _ = tiny_models.get("all_features")
+    export_plan = plan(load_spec(model_dir), ExportOptions(ep="webgpu", **options))
+    linears = [
+        wp
+        for wp in export_plan.decoder.weights
+        if wp.weight.parts and not wp.shares and wp.weight.role == "linear"
+    ]
+    assert {wp.name.split(".")[-2] for wp in linears} == {"qkv_proj", "gate_up_proj"}
+    source = CheckpointSource(model_dir, (w.weight for w in export_plan.decoder.weights), str)
+    budget = 64
+    for wp in linears:
+        (piece,) = wp.pieces
+        monkeypatch.setattr(factory_module, "CHUNK_ELEMENTS", 1 << 40)
+        (whole,) = TensorFactory(export_plan, source).chunks(wp, piece)
+        monkeypatch.setattr(factory_module, "CHUNK_ELEMENTS", budget)
+        spy = _Spy(source)
+        chunks = list(TensorFactory(export_plan, spy).chunks(wp, piece))
+        if wp.storage == "float_t":
+            assert spy.sizes == [math.prod(wp.weight.shape)]
+        else:
+            assert max(spy.sizes) <= max(budget, wp.weight.shape[1]), (wp.name, spy.sizes)
+            assert len(chunks) > 1
+        for part, data in whole.items():
+            joined = np.concatenate([c[part] for c in chunks])
+            np.testing.assert_array_equal(joined, data, err_msg=f"{wp.name} {part}")

@@ -128,3 +128,63 @@ def test_one_op_models_are_saved_with_ir_10_and_opset_21(tmp_path):
         ("", 21),
         ("com.microsoft", 1),
     }
+
+
+# ------------------------------------------------- widths that are not whole blocks
+
+
+@pytest.mark.parametrize(("k", "block_size"), [(8, 32), (56, 32), (40, 16), (33, 16), (300, 256)])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rtn_pads_k_like_the_onnxruntime_quantizer_byte_for_byte(
+    dtype, bits, symmetric, k, block_size
+):
+    w = _awkward_weight(12, k, min(block_size, k), dtype, seed=k)
+    ref = ort_quantize(w, bits=bits, block_size=block_size, symmetric=symmetric)
+    ours = quantize(w, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=dtype)
+    assert ours.qweight.shape == (12, -(-k // block_size) * block_size * bits // 8)
+    _assert_same_bytes(ours, ref)
+
+
+@pytest.mark.parametrize(("k", "block_size"), [(8, 32), (56, 32), (33, 16)])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("method", ["rtn", "search"])
+def test_matmul_nbits_runs_a_padded_k_as_its_dequantized_weight(bits, method, k, block_size):
+    n = 24
+    rng = np.random.default_rng(k)
+    w = (rng.standard_normal((n, k)) * 0.1).astype(np.float32)
+    blocks = quantize(w, bits=bits, block_size=block_size, method=method)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    model = matmul_nbits_model(blocks, k=k, n=n, bits=bits, block_size=block_size, batch=3)
+    got = run_model(model, {"x": x}).astype(np.float64)
+    deq = dequantize(blocks, bits=bits, block_size=block_size, cols=k).astype(np.float64)
+    want = x.astype(np.float64) @ deq.T
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+    # The padding holds code 0 (as ONNX Runtime's quantizer leaves it), which dequantizes to
+    # -zero_point * scale, not 0: the kernel must be ignoring it for the product to match.
+    padded = dequantize(blocks, bits=bits, block_size=block_size)
+    assert padded.shape[1] > k and padded[:, k:].any()
+
+
+@pytest.mark.parametrize(("d", "block_size"), [(8, 32), (56, 32), (40, 16), (34, 32)])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gather_block_quantized_takes_a_partial_last_block(dtype, bits, symmetric, d, block_size):
+    vocab = 20
+    table = _awkward_weight(vocab, d, min(block_size, d), np.float32, seed=d)
+    blocks = quantize(
+        table, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=dtype
+    )
+    gather = QuantizedBlocks(blocks.gather_data(d, bits), blocks.scales, blocks.zero_points)
+    assert gather.qweight.shape == (vocab, d * bits // 8)
+    ids = np.array([0, 3, 19, 3, 7], np.int64)
+    model = gather_block_quantized_model(gather, bits=bits, block_size=block_size, num_ids=ids.size)
+    got = run_model(model, {"ids": ids})
+    want = dequantize(gather, bits=bits, block_size=block_size)[ids].astype(dtype)
+    assert want.shape == (ids.size, d)
+    np.testing.assert_array_equal(got, want)
+    # The same codes as the padded (MatMulNBits) layout, padding cut off.
+    full = dequantize(blocks, bits=bits, block_size=block_size, cols=d)
+    np.testing.assert_array_equal(dequantize(gather, bits=bits, block_size=block_size), full)

@@ -88,13 +88,44 @@ def test_multimodal_config_reads_nested_text_config():
     [
         ({"model_type": "llama"}, "model type 'llama' is not supported"),
         ({"hidden_size": None}, "required field 'hidden_size' is missing"),
-        ({"num_hidden_layers": "six"}, "'num_hidden_layers' must be int"),
+        ({"num_hidden_layers": "six"}, "'num_hidden_layers' must be a whole number, got 'six'"),
         ({"layer_types": ["sliding_attention"] * 5}, "'layer_types' has 5 entries"),
         ({"layer_types": ["chunked_attention"] * 6}, "unknown layer types"),
         ({"enable_moe_block": True}, "Mixture-of-Experts"),
         ({"num_kv_shared_layers": 6}, "no KV producer"),
         ({"num_key_value_heads": 3}, "does not divide"),
         ({"rope_parameters": {"sliding_attention": {"rope_type": "yarn"}}}, "rope_type 'yarn'"),
+        # Each of these was a traceback (issue 13).
+        ({"num_key_value_heads": 0}, "'num_key_value_heads' must be at least 1, got 0"),
+        (
+            {"rope_parameters": {"full_attention": 1e6}},
+            r"rope_parameters\['full_attention'\] must be an object, got 1000000.0",
+        ),
+        ({"eos_token_id": "one"}, "'eos_token_id' must be a token id .* got 'one'"),
+        ({"eos_token_id": [1, 9999]}, "'eos_token_id' is 9999, outside the vocabulary"),
+        ({"hidden_size": 0}, "'hidden_size' must be at least 1, got 0"),
+        ({"max_position_embeddings": 1}, "'max_position_embeddings' must be at least 2"),
+        ({"head_dim": 15}, "'head_dim' must be even"),
+        ({"global_head_dim": 0}, "'global_head_dim' must be at least 2"),
+        ({"sliding_window": 0}, "'sliding_window' must be at least 1"),
+        ({"layer_types": 7}, "'layer_types' must be a list of names, got 7"),
+        ({"layer_types": [["sliding_attention"]] * 6}, "'layer_types' must be a list of names"),
+        ({"rms_norm_eps": float("nan")}, "'rms_norm_eps' must be a finite number"),
+        ({"final_logit_softcapping": -30}, "must not be negative"),
+        ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false"),
+        ({"vocab_size": 10**12}, "larger than any model can use"),
+        ({"num_hidden_layers": 5000}, "exports at most 1024"),
+        ({"hidden_size": True}, "'hidden_size' must be a number, got True"),
+        # Found by the fuzzer: the package built, then failed on token ids >= 130.
+        ({"vocab_size_per_layer_input": 130}, "is 130, smaller than vocab_size"),
+        (
+            {"rope_parameters": {"full_attention": {"partial_rotary_factor": 0}}},
+            r"'partial_rotary_factor' must be in \(0, 1\]",
+        ),
+        (
+            {"rope_parameters": {"full_attention": {"rope_theta": "big"}}},
+            "'rope_theta' must be a number",
+        ),
     ],
 )
 def test_bad_configs_name_the_problem(change, message):

@@ -1,4 +1,4 @@
-"""Gemma 4: text decoder (E2B, E4B, 31B), and the multimodal towers of ``gemma4``
+"""Gemma 4: text decoder (E2B, E4B, 26B-A4B, 31B), and the multimodal towers of ``gemma4``
 checkpoints, as one family record."""
 
 from __future__ import annotations

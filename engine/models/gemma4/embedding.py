@@ -44,10 +44,17 @@ class EmbeddingSession(Module):
             if modality in self._modalities
         ]
         pad = ctx.const(np.array(spec.pad_token_id or 0, dtype=np_index), name="pad_id")
-        is_marker = [op.Equal(ids, ctx.const(np.array(t, dtype=np_index))) for _, t in markers]
+
+        def marks(token: int) -> ir.Value:
+            return op.Equal(ids, ctx.const(np.array(token, dtype=np_index), name=f"id_{token}"))
+
+        is_marker = [marks(t) for _, t in markers]
+        # Every placeholder id (video too, and a tower's marker the package lacks) reads
+        # as the pad token, as transformers does; a placeholder without a feature row for
+        # it (a generated one) keeps that embedding.
         text_ids = ids
-        for mask in is_marker:
-            text_ids = op.Where(mask, pad, text_ids)
+        for token in spec.tokens.placeholders:
+            text_ids = op.Where(marks(token), pad, text_ids)
         embeds = self.embed_tokens(ctx, text_ids)
         for (features, _), mask in zip(markers, is_marker, strict=True):
             embeds = _scatter(ctx, embeds, features, mask, index_dtype)
@@ -78,6 +85,12 @@ def _scatter(
     h = ctx.spec.hidden_size
     zero_row = ctx.const(np.zeros((1, h), dtype=ctx.np_dtype), name="zero_feature_row")
     rows = op.Concat(zero_row, features, axis=0)  # [1 + n, H]
+    # n without Shape (which would leave the device): ones along the feature rows.
+    first_column = op.Gather(rows, ctx.const(np.array(0, dtype=np.int64), name="index_0"), axis=1)
+    same = op.Equal(first_column, first_column)
+    available = op.ReduceSum(
+        op.Cast(op.Not(op.And(same, op.Not(same))), to=index_dtype), keepdims=0
+    )  # 1 + n
     marks = op.Cast(mask, to=index_dtype)  # [B, S]
     axis_0 = ctx.const(np.array(0, dtype=np.int32), name="axis_0_i32")
     axis_1 = ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")
@@ -85,5 +98,7 @@ def _scatter(
     # running count inside it.
     before = op.CumSum(op.ReduceSum(marks, ctx.ints([1]), keepdims=1), axis_0, exclusive=1)
     index = op.Mul(op.Add(op.CumSum(marks, axis_1), before), marks)  # 1-based, 0 elsewhere
+    fed = op.And(mask, op.Less(index, available))  # markers that have a feature row
+    index = op.Mul(index, op.Cast(fed, to=index_dtype))
     gathered = op.Gather(rows, index, axis=0)  # [B, S, H]
-    return op.Where(op.Unsqueeze(mask, ctx.ints([-1])), gathered, embeds)
+    return op.Where(op.Unsqueeze(fed, ctx.ints([-1])), gathered, embeds)

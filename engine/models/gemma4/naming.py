@@ -44,7 +44,7 @@ def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
     return False
 
 
-EXPORTABLE_TOWERS: tuple[str, ...] = ("vision",)
+EXPORTABLE_TOWERS: tuple[str, ...] = ("vision", "audio")
 """Towers the engine can export; a checkpoint's other towers are left out (and named by
 the error when a user asks for them)."""
 
@@ -53,8 +53,19 @@ def exported_modalities(spec: ModelSpec, options: ExportOptions) -> tuple[str, .
     """The modalities the package will have: text, plus the towers the checkpoint has
     that the options ask for (every exportable one by default)."""
     wanted = options.modalities
+    exportable = EXPORTABLE_TOWERS
+    if spec.bidirectional_images:
+        # The decoder would have to find image spans in its ids and let them attend both
+        # ways on sliding layers; without that, image prompts would be silently wrong.
+        exportable = tuple(t for t in exportable if t != "vision")
     if wanted is None:
-        return ("text", *(t for t in spec.towers if t in EXPORTABLE_TOWERS))
+        return ("text", *(t for t in spec.towers if t in exportable))
+    if "vision" in wanted and spec.bidirectional_images:
+        raise OptionsError(
+            "this model's image tokens attend to each other both ways "
+            "(use_bidirectional_attention: vision), which the exported decoder does not do "
+            f"yet; leave vision out of {option('modalities')} for a text package"
+        )
     missing = [m for m in wanted if m != "text" and m not in spec.towers]
     if missing:
         have = ", ".join(["text", *spec.towers])
@@ -68,4 +79,12 @@ def exported_modalities(spec: ModelSpec, options: ExportOptions) -> tuple[str, .
             f"exporting the {' and '.join(unsupported)} tower is not supported yet; "
             f"leave it out of {option('modalities')}"
         )
-    return ("text", *(t for t in spec.towers if t in wanted))
+    chosen = ("text", *(t for t in spec.towers if t in wanted))
+    if "audio" in chosen and "vision" not in chosen:
+        # Measured on the 0.18 wheel: without a vision session the gemma4 pipeline tries
+        # to load the package folder as a model ("model path is a directory").
+        raise OptionsError(
+            "onnxruntime-genai 0.18 runs a Gemma 4 audio session only beside a vision "
+            f"session; add vision to {option('modalities')} or leave audio out"
+        )
+    return chosen

@@ -35,6 +35,7 @@ from engine.graph.modules import (
     Param,
     RMSNorm,
 )
+from engine.models.gemma4.moe import MoeBlock
 from engine.options import ExportOptions
 from engine.spec import AttentionKind, LayerSpec, ModelSpec
 
@@ -125,7 +126,8 @@ class Attention(Module):
 
 
 class DecoderLayer(Module):
-    """One Gemma 4 decoder layer (attention, MLP, per-layer input gate, layer scalar)."""
+    """One Gemma 4 decoder layer (attention, MLP and the experts beside it, per-layer input
+    gate, layer scalar)."""
 
     def __init__(
         self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
@@ -137,6 +139,7 @@ class DecoderLayer(Module):
         self.post_attention_layernorm = RMSNorm(h)
         self.pre_feedforward_layernorm = RMSNorm(h)
         self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
+        self.moe = MoeBlock(spec, layer) if layer.moe is not None else None
         self.post_feedforward_layernorm = RMSNorm(h)
         if spec.has_ple:
             self.per_layer_input_gate = Linear(h, spec.ple_dim)
@@ -157,7 +160,10 @@ class DecoderLayer(Module):
         norm = self.pre_feedforward_layernorm
         assert norm.weight is not None
         x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
-        hidden = op.Add(hidden, self.post_feedforward_layernorm(ctx, self.mlp(ctx, x)))
+        ffn = self.mlp(ctx, x)
+        if self.moe is not None:
+            ffn = self.moe(ctx, ffn, hidden)
+        hidden = op.Add(hidden, self.post_feedforward_layernorm(ctx, ffn))
         if per_layer_input is not None:
             gate = gelu(ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation)
             gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))

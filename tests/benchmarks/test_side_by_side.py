@@ -1,0 +1,90 @@
+"""The one-call WebGPU side-by-side benchmark, at toy size on the CPU, so it cannot rot
+between device runs; and its profile summary on synthetic onnxruntime events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks" / "device"))
+
+import side_by_side_stages as stages  # noqa: E402
+
+
+def gpu_event(node: str, op: str, dur: float) -> dict:
+    return {"cat": "Api", "name": f"{node}&{op}&{op}Program", "dur": dur}
+
+
+def test_profile_summary_finds_one_decode_step_among_gpu_kernels():
+    prefill = [gpu_event("embed", "Gather", 500), gpu_event("mm0", "MatMulNBits", 900)]
+    step = [("embed", "Gather"), ("mm0", "MatMulNBits"), ("mm1", "MatMulNBits"), ("n", "Add")]
+    events = [{"cat": "Session", "name": "model_run", "dur": 1}, *prefill]
+    for i in range(4):
+        events += [gpu_event(n, op, 10.0 + i) for n, op in step]
+    summary = stages.summarize_steps(events, gpu=True, top=3)
+    assert summary["available"] and summary["kernels_per_step"] == 4
+    assert summary["steps_matched"] == 4
+    assert summary["top_ops"][0]["op"] == "MatMulNBits"
+    assert summary["top_ops"][0]["kernels_per_step"] == 2
+    assert summary["us_per_step"] == pytest.approx(4 * 11.5)  # median of 10..13 per kernel
+
+
+def test_profile_summary_counts_host_nodes_per_provider():
+    events = []
+    for _ in range(3):
+        events += [
+            {
+                "cat": "Node",
+                "name": "a_kernel_time",
+                "dur": 5,
+                "args": {"op_name": "MatMul", "provider": "WebGpuExecutionProvider"},
+            },
+            {
+                "cat": "Node",
+                "name": "b_kernel_time",
+                "dur": 2,
+                "args": {"op_name": "Cast", "provider": "CPUExecutionProvider"},
+            },
+            {"cat": "Node", "name": "b_fence_before", "dur": 0, "args": {}},
+        ]
+    summary = stages.summarize_steps(events, gpu=False, top=5)
+    assert summary["kernels_per_step"] == 2
+    assert summary["kernels_by_provider"] == {
+        "WebGpuExecutionProvider": 1,
+        "CPUExecutionProvider": 1,
+    }
+    assert not stages.summarize_steps(events, gpu=True, top=5)["available"]
+
+
+def test_tiny_side_by_side_runs_every_stage(tmp_path: Path):
+    pytest.importorskip("onnxruntime_genai")
+    pytest.importorskip("transformers")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "device" / "webgpu_side_by_side.py")]
+    cmd += ["--tiny", "--work", str(tmp_path / "work"), "--prompt-len", "16"]
+    cmd += ["--new-tokens", "6", "--repeats", "1", "--warmup", "0", "--profile-steps", "3"]
+    cmd += ["--peer-wheels", str(tmp_path / "no-wheels"), "--budget-s", "400"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "webgpu_side_by_side.json").read_text())
+    summary = report["summary"]
+    for name in ("ours_fp16", "ours_int4"):
+        export = summary["exports"][name]
+        assert export["ok"] and export["peak_rss_gib"] > 0 and export["decoder_nodes"] > 100
+        genai = summary["genai_decode_tok_s"][name]
+        assert genai["capture_off@192"] > 0 and genai["capture_off@512"] > 0
+        assert genai["capture_on"] == "the cpu EP has no graph capture"
+        assert summary["runner_decode_tok_s"][name]["off"] > 0
+    for label in ("default", "192"):
+        profiled = summary[f"profile_ours_int4@{label}"]
+        assert profiled["kind"] == "host time per node" and profiled["top_ops"]
+    if "mobius_fp16" not in summary["exports"]:
+        assert report["stages"]["export_mobius_fp16"]["skipped"]
+    assert not (tmp_path / "work" / "checkpoint").exists()
+    assert not any((tmp_path / "work").glob("ours-*")), "packages are deleted when done"
