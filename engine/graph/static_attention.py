@@ -11,9 +11,9 @@ KV-shared node fails to dispatch); its fp16 attention keeps scores in fp16, whic
 storage) and its non-flash path refuses capture. fp16 MatMul accumulates in fp16. So this
 lowering uses no GroupQueryAttention and keeps attention in fp32:
 
-* the new tokens' positions come from the mask's values (no Shape), their int64 ids for
-  RotaryEmbedding from an ArgMax (the device has no other int64 producer) into fp32
-  cos / sin caches;
+* the new tokens' positions come from the mask's values (no Shape); RotaryEmbedding gets
+  their rows of fp32 cos / sin caches and int64 ids 0..S-1 into them from an ArgMax
+  (the device has no other int64 producer);
 * a KV-owning layer projects Q/K/V as one MatMul and norms every head at once (the
   caller does both), rotates q and k together, and writes k and v into the shared
   ``[B, kv, L, D]`` buffers with ScatterElements, in place (present is bound to past's
@@ -55,10 +55,12 @@ class StaticInputs:
 
     positions: ir.Value
     """float32 [B, S]: positions of the new tokens (batch 1 under capture)."""
+    slots: ir.Value
+    """int32 [B, S]: the same, as KV buffer slots."""
     position_ids: ir.Value
-    """int64 [B, S]: the same, for RotaryEmbedding."""
+    """int64 [B, S]: 0..S-1, the new tokens' rows in ``rope``, for RotaryEmbedding."""
     rope: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
-    """fp32 cos / sin caches [P, D / 2] per attention kind."""
+    """fp32 cos / sin rows [S, D / 2] of the new tokens, per attention kind."""
     scatter_index: dict[tuple[int, int], ir.Value] = field(default_factory=dict)
     window: tuple[ir.Value, ir.Value] | None = None
     """Sliding layers: the window's buffer slots (int32 [n]) and key positions ([B, n])."""
@@ -81,20 +83,36 @@ def to_core(ctx: BuildContext, x: ir.Value) -> ir.Value:
 def static_inputs(
     ctx: BuildContext,
     positions: ir.Value,
-    rope: dict[AttentionKind, tuple[ir.Value, ir.Value]],
+    caches: dict[AttentionKind, tuple[ir.Value, ir.Value]],
 ) -> StaticInputs:
-    """Position ids and RoPE caches; ``positions`` are float32 [B, S] from the mask.
+    """Position ids and RoPE rows; ``positions`` are float32 [B, S] from the mask.
 
-    The caches are fp32 in every package: gathering fp16 rows and casting them (192 MiB
-    less in E2B's decoder) cost the fp16 graph 0.0988 -> 0.104 mean max |logit diff| and 94
-    -> 89 of 100 top-1 at E2B's head sizes (tests/engine/test_webgpu_head_sizes.py).
+    The caches are fp32 and hold only the frequency pairs that rotate (fp16 caches cost
+    the fp16 graph 0.0988 -> 0.104 mean max |logit diff| and 94 -> 89 of 100 top-1 at
+    E2B's head sizes; trimmed fp32 ones take fp16's full-width bytes). RotaryEmbedding gets
+    the new tokens' rows, padded with cos 1 / sin 0 to the full width, and ids 0..S-1 into
+    them (batch 1). The ids are int64, which only ArgMax makes on the device:
+    ``ArgMax(Equal(p_i, p_j))`` over the S new positions, so a decode step costs one
+    element, not one per position of the context.
     """
     op = ctx.op
-    # Equal against 0..P-1 then ArgMax: the only way to an int64 tensor on the device.
-    table = np.arange(ctx.plan.context_length, dtype=np.float32)
-    hits = op.Equal(op.Unsqueeze(positions, ctx.ints([2])), ctx.const(table, name="positions_f32"))
-    ids = op.ArgMax(op.Cast(hits, to=F32), axis=-1, keepdims=0)
-    return StaticInputs(positions=positions, position_ids=ids, rope=rope)
+    slots = op.Cast(positions, to=ir.DataType.INT32)  # [B, S]
+    hits = op.Equal(op.Unsqueeze(positions, ctx.ints([2])), op.Unsqueeze(positions, ctx.ints([1])))
+    ids = op.ArgMax(op.Cast(hits, to=F32), axis=-1, keepdims=0)  # [B, S]: 0..S-1
+    rows = op.Gather(slots, _const(ctx, 0, np.int64, "index_0"))  # [S], batch 1
+    rope = {}
+    for kind, (cos, sin) in caches.items():
+        layer = next(layer for layer in ctx.spec.layers if layer.attention == kind)
+        missing = layer.head_dim // 2 - ctx.spec.rope[kind].rotated_pairs(layer.head_dim)
+        pair = []
+        for cache, fill, label in ((cos, 1.0, "one_f32"), (sin, 0.0, "zero_f32")):
+            picked = op.Gather(cache, rows, axis=0)  # [S, rotated]
+            if missing:
+                pads = ctx.const(np.array([0, 0, 0, missing], np.int64), name=f"pad_{missing}")
+                picked = op.Pad(picked, pads, _const(ctx, fill, np.float32, label))
+            pair.append(picked)
+        rope[kind] = (pair[0], pair[1])
+    return StaticInputs(positions=positions, slots=slots, position_ids=ids, rope=rope)
 
 
 def _scatter_index(ctx: BuildContext, inputs: StaticInputs, kv: int, dim: int) -> ir.Value:
@@ -102,7 +120,7 @@ def _scatter_index(ctx: BuildContext, inputs: StaticInputs, kv: int, dim: int) -
     key = (kv, dim)
     if key not in inputs.scatter_index:
         op = ctx.op
-        slots = op.Reshape(op.Cast(inputs.positions, to=ir.DataType.INT32), ctx.ints([0, 1, -1, 1]))
+        slots = op.Reshape(inputs.slots, ctx.ints([0, 1, -1, 1]))
         zeros = ctx.const(np.zeros((1, kv, 1, dim), np.int32), name=f"zeros_i32_{kv}x{dim}")
         inputs.scatter_index[key] = op.Add(slots, zeros)
     return inputs.scatter_index[key]

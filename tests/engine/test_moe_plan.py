@@ -120,11 +120,21 @@ def expected_bytes(
 
 
 def _rope_bytes(export_plan: ExportPlan, options: ExportOptions) -> int:
-    """cos + sin caches [positions, head_dim / 2], in the package's dtype or (WebGPU's
-    static-buffer attention) fp32."""
-    fp32 = export_plan.caps.explicit_attention_over_cache
-    size = 4 if fp32 else _dtype_bytes(options.resolve().dtype or "fp32")
-    head_dims = {layer.attention: layer.head_dim for layer in export_plan.spec.layers}
+    """cos + sin caches: [positions, head_dim / 2] in the package's dtype, or (WebGPU's
+    static-buffer attention) fp32 over the rotated pairs only: a proportional-RoPE full
+    layer rotates a quarter of them."""
+    spec = export_plan.spec
+    head_dims = {layer.attention: layer.head_dim for layer in spec.layers}
+    if export_plan.caps.explicit_attention_over_cache:
+        factors = {
+            kind: spec.rope[kind].partial_rotary_factor
+            if spec.rope[kind].kind == "proportional"
+            else 1.0
+            for kind in head_dims
+        }
+        cols = {kind: int(factors[kind] * d // 2) for kind, d in head_dims.items()}
+        return sum(2 * export_plan.context_length * c * 4 for c in cols.values())
+    size = _dtype_bytes(options.resolve().dtype or "fp32")
     return sum(2 * export_plan.context_length * d // 2 * size for d in head_dims.values())
 
 

@@ -227,12 +227,24 @@ def split_layers(ctx: BuildContext, combined: ir.Value) -> list[ir.Value]:
 
 
 class RopeCaches(Module):
-    """cos / sin caches per attention kind: computed, not read; ``dtype`` as :class:`Param`."""
+    """cos / sin caches per attention kind: computed, not read; ``dtype`` as :class:`Param`.
 
-    def __init__(self, spec: ModelSpec, max_length: int, dtype: str | None = None) -> None:
+    ``rotated_only``: keep just the columns of the frequency pairs that rotate (a quarter
+    of a proportional-RoPE full layer's); the graph pads the rows it gathers.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        max_length: int,
+        dtype: str | None = None,
+        *,
+        rotated_only: bool = False,
+    ) -> None:
         for kind in attention_kinds(spec):
             head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-            setattr(self, kind, _CosSin(max_length, head_dim // 2, dtype))
+            cols = spec.rope[kind].rotated_pairs(head_dim) if rotated_only else head_dim // 2
+            setattr(self, kind, _CosSin(max_length, cols, dtype))
 
 
 class _CosSin(Module):
@@ -282,7 +294,10 @@ class TextDecoder(Module):
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:
             self.lm_head = Embedding(spec.vocab_size, h, role="lm_head").at("lm_head.")
-        self.rope = RopeCaches(spec, max_length, sattn.CORE_DTYPE if static_kv else None)
+        if static_kv:  # fp32 and only the rotated columns: fp16's bytes, fp32's precision
+            self.rope = RopeCaches(spec, max_length, sattn.CORE_DTYPE, rotated_only=True)
+        else:
+            self.rope = RopeCaches(spec, max_length)
 
     def build(self, ctx: BuildContext) -> None:
         """Inputs, layers and outputs of the decoder graph."""
