@@ -8,35 +8,29 @@ runs the export job and keeps the last result. Both start workers and never bloc
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.jobs import ExportRequest, run_export, run_in_process
-from app.state import ModelSource, StudioState
+from app.jobs import (
+    ExportRequest,
+    PreviewOutcome,
+    PreviewRequest,
+    audit_job,
+    constraints_job,
+    preview_job,
+    run_export,
+    run_in_process,
+)
+from app.state import ModelSource, StudioState, source_problem
+from app.wording import error_text
 from app.workers import Worker
-from engine.errors import CancelledError, EngineError
+from engine.errors import CancelledError
 from engine.progress import CancelToken, Progress
-
-
-def load_spec_for(source: ModelSource) -> Any:
-    """The :class:`engine.spec.ModelSpec` of a source (reads config.json; fast)."""
-    if source.is_preset:
-        from engine.presets import load_preset
-
-        return load_preset(source.value)
-    from engine.hf_config import load_spec
-
-    return load_spec(source.value)
-
-
-def error_text(exc: BaseException) -> str:
-    """What the user reads: the engine's message as is, anything else with its type."""
-    if isinstance(exc, EngineError):
-        return str(exc)
-    return f"unexpected {type(exc).__name__}: {exc}"
 
 
 class PreviewController(QObject):
@@ -58,6 +52,7 @@ class PreviewController(QObject):
         self._generation = 0
         self._worker: Worker | None = None
         self._specs: dict[ModelSource, Any] = {}
+        self._fits: dict[tuple[Any, ...], Any] = {}
         self._audits = 0
         self.runs = 0
         state.sourceChanged.connect(self.request)
@@ -78,24 +73,11 @@ class PreviewController(QObject):
             self._timer.start()
 
     def _start(self) -> None:
-        from app.preview_data import compute_preview
-
         self._generation += 1
-        generation = self._generation
-        source, options = self._state.source, self._state.options
-        specs = self._specs
-
-        def job(progress: Progress, cancel: CancelToken) -> tuple[int, Any]:
-            # Failures travel as results, tagged with their generation like previews.
-            try:
-                spec = specs.get(source)
-                if spec is None:
-                    spec = specs[source] = load_spec_for(source)
-                return generation, compute_preview(spec, options)
-            except Exception as exc:
-                return generation, exc
-
-        worker = Worker(job, "preview")
+        request = PreviewRequest(
+            self._generation, self._state.source, self._state.options, self._specs, self._fits
+        )
+        worker = Worker(partial(preview_job, request), "preview")
         # Bound methods of this QObject: Qt drops the connection if the window goes first.
         worker.signals.returned.connect(self._returned)
         worker.signals.errored.connect(self._crashed)
@@ -103,34 +85,56 @@ class PreviewController(QObject):
         self._worker = worker.start()
         self.runs += 1
 
-    def _returned(self, tagged: tuple[int, Any]) -> None:
-        generation, data = tagged
-        if generation != self._generation:
+    def _returned(self, outcome: PreviewOutcome) -> None:
+        if outcome.generation != self._generation:
             return  # a newer request is on its way
-        if isinstance(data, BaseException):
-            self._crashed(data)
+        state = self._state
+        if outcome.spec_error is not None:
+            message = error_text(outcome.spec_error)
+            state.set_source_problem(message)
+            state.set_preview(None, message)
+            state.report_error("preview", f"The model cannot be read: {message}")
             return
-        self._state.clear_error("preview")
-        self._state.set_preview(data)
+        state.set_source_problem(source_problem(state.source))
+        options = state.options
+        if outcome.constraints is None:
+            if not self._pending:  # a newer request finds its own
+                self._start_constraints(outcome.generation)
+        else:
+            state.set_model_constraints(outcome.constraints)
+        if state.options != options:
+            return  # moved onto allowed values: that preview is on its way
+        if outcome.plan_error is not None:
+            self._crashed(outcome.plan_error)
+            return
+        data = outcome.preview
+        assert data is not None  # neither step failed
+        state.clear_error("preview")
+        state.set_preview(data)
         self.computed.emit(data.compute_ms)
         if not self._pending:  # a newer request will audit its own plan
-            self._start_audit(generation, data)
+            self._start_audit(outcome.generation, data)
+
+    def _start_constraints(self, generation: int) -> None:
+        """Find what the model rules out (towers, block sizes) after the preview is shown;
+        the choices it rules out are disabled (and the options moved) when it arrives."""
+        request = PreviewRequest(
+            generation, self._state.source, self._state.options, self._specs, self._fits
+        )
+        worker = Worker(partial(_tagged_constraints, request), "constraints")
+        worker.signals.returned.connect(self._constrained)
+        self._audits += 1
+        worker.signals.finished.connect(self._audit_finished)
+        worker.start()
+
+    def _constrained(self, tagged: tuple[int, Any]) -> None:
+        generation, constraints = tagged
+        if generation == self._generation and not isinstance(constraints, BaseException):
+            self._state.set_model_constraints(constraints)
 
     def _start_audit(self, generation: int, data: Any) -> None:
         """Second step: audit the built graph and replace the plan-derived readiness."""
-        from app.readiness import audit_readiness
-
-        plan = data.plan
-
-        def job(progress: Progress, cancel: CancelToken) -> tuple[int, Any]:
-            try:
-                return generation, audit_readiness(plan)
-            except ImportError:
-                return generation, None  # no audit in this engine: keep the plan's answer
-            except Exception as exc:
-                return generation, exc
-
-        worker = Worker(job, "audit")
+        worker = Worker(partial(_tagged_audit, generation, data.plan), "audit")
         worker.signals.returned.connect(self._audited)
         self._audits += 1
         worker.signals.finished.connect(self._audit_finished)
@@ -144,15 +148,19 @@ class PreviewController(QObject):
         if isinstance(readiness, BaseException):
             note = f"the capture audit failed: {error_text(readiness)}"
             readiness = tuple(replace(r, reasons=(*r.reasons, note)) for r in preview.readiness)
-        self._state.set_preview(replace(preview, readiness=readiness))
+        # The audit covers the sessions it built; the others keep the plan's answer.
+        audited = {r.session: r for r in readiness}
+        merged = tuple(audited.pop(r.session, r) for r in preview.readiness)
+        self._state.set_preview(replace(preview, readiness=merged + tuple(audited.values())))
         self.audited.emit()
 
     def _audit_finished(self) -> None:
         self._audits -= 1
 
     def _crashed(self, exc: BaseException) -> None:
-        self._state.set_preview(None)
-        self._state.report_error("preview", f"The plan cannot be made: {error_text(exc)}")
+        message = error_text(exc)
+        self._state.set_preview(None, message)
+        self._state.report_error("preview", f"The plan cannot be made: {message}")
 
     def _finished(self) -> None:
         self._worker = None
@@ -162,11 +170,32 @@ class PreviewController(QObject):
     def forget_spec(self, source: ModelSource) -> None:
         """Re-read a folder's config.json on the next preview."""
         self._specs.pop(source, None)
+        self._fits.clear()
 
     @property
     def busy(self) -> bool:
         """A plan or an audit is still on its way."""
         return self._worker is not None or self._pending or self._audits > 0
+
+
+def _tagged_constraints(
+    request: PreviewRequest, progress: Progress, cancel: CancelToken
+) -> tuple[int, Any]:
+    try:
+        generation, constraints = constraints_job(request, progress, cancel)
+        return generation, constraints
+    except Exception as exc:
+        return request.generation, exc
+
+
+def _tagged_audit(
+    generation: int, plan: Any, progress: Progress, cancel: CancelToken
+) -> tuple[int, Any]:
+    """The audit job, its result (or failure) tagged with the preview's generation."""
+    try:
+        return generation, audit_job(plan, progress, cancel)
+    except Exception as exc:
+        return generation, exc
 
 
 PROCESS_THRESHOLD = 512 * 1024**2
@@ -189,6 +218,9 @@ class ExportController(QObject):
     def __init__(self, state: StudioState) -> None:
         super().__init__(state)
         self._state = state
+        self.confirm_replace: Callable[[Path], bool] = lambda folder: True
+        """Asked before an export that will replace an existing folder (the window sets a
+        dialog; tests answer directly)."""
         self.progress_interval_s = 0.04
         """Least time between two progress updates reaching the UI."""
         self.isolation: Literal["auto", "thread", "process"] = "auto"
@@ -203,11 +235,16 @@ class ExportController(QObject):
         return self.worker is not None
 
     def request(self) -> ExportRequest | None:
-        """The request for the current state, or None (with the reason shown) if incomplete."""
-        if not self._state.output.strip():
-            self._state.report_error("export", "Choose an output folder before exporting.")
+        """The request for the current state, or None (with the reason shown) if it cannot
+        run; replacing an existing folder needs :attr:`confirm_replace`'s yes."""
+        blocker = self._state.export_blocker()
+        if blocker:
+            self._state.report_error("export", f"Cannot export: {blocker}.")
             return None
         output = Path(self._state.output).expanduser()
+        if output.exists() and not self.confirm_replace(output):
+            self.logged.emit(f"not exported: {output} was kept")
+            return None
         model_args = tuple(self._state.source.export_args().items())
         return ExportRequest(
             model_args, self._state.export_options(), output, self._state.overwrite

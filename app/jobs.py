@@ -16,13 +16,18 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from app.choices import Constraints
 from engine.errors import EngineError
 from engine.options import ExportOptions
 from engine.progress import CancelToken, Progress
+
+if TYPE_CHECKING:
+    from app.preview_data import PreviewData
+    from app.source import ModelSource
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,91 @@ class ExportRequest:
     options: ExportOptions
     output: Path
     overwrite: bool
+
+
+@dataclass(frozen=True)
+class PreviewRequest:
+    """One preview: the source and options of one generation, with the caches it may fill
+    (the worker owns them while it runs; one preview runs at a time)."""
+
+    generation: int
+    source: ModelSource
+    options: ExportOptions
+    specs: dict[ModelSource, Any] = field(default_factory=dict, compare=False)
+    fits: dict[tuple[Any, ...], Constraints] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class PreviewOutcome:
+    """What a preview job found: the preview, or which step failed and why."""
+
+    generation: int
+    preview: PreviewData | None = None
+    constraints: Constraints | None = None
+    """Option values the model rules out (towers, block sizes); None: not known yet."""
+    spec_error: BaseException | None = None
+    """The model itself could not be read (a folder that is not a checkpoint)."""
+    plan_error: BaseException | None = None
+    """The model was read, but these options cannot be planned."""
+
+
+def load_spec_for(source: ModelSource) -> Any:
+    """The :class:`engine.spec.ModelSpec` of a source (reads config.json; fast)."""
+    if source.is_preset:
+        from engine.presets import load_preset
+
+        return load_preset(source.value)
+    from engine.hf_config import load_spec
+
+    return load_spec(source.value)
+
+
+def preview_job(request: PreviewRequest, progress: Progress, cancel: CancelToken) -> PreviewOutcome:
+    """Read the model (cached), plan and summarise. When the plan fails, also find what the
+    model rules out (cached), so the options can move onto allowed values; otherwise that
+    is left to :func:`constraints_job`, after the preview is shown. Failures are part of
+    the outcome, tagged with their generation like previews."""
+    from app.choices import constraints_key, model_constraints
+    from app.preview_data import compute_preview
+
+    source, options, generation = request.source, request.options, request.generation
+    try:
+        spec = request.specs.get(source)
+        if spec is None:
+            spec = request.specs[source] = load_spec_for(source)
+    except Exception as exc:
+        return PreviewOutcome(generation, spec_error=exc)
+    key = constraints_key(source, options)
+    try:
+        return PreviewOutcome(generation, compute_preview(spec, options), request.fits.get(key))
+    except Exception as exc:
+        fits = request.fits.get(key)
+        if fits is None:
+            fits = request.fits[key] = model_constraints(spec, options)
+        return PreviewOutcome(generation, constraints=fits, plan_error=exc)
+
+
+def constraints_job(request: PreviewRequest, progress: Progress, cancel: CancelToken) -> Any:
+    """What the model rules out for these options (cached in ``request.fits``)."""
+    from app.choices import constraints_key, model_constraints
+
+    key = constraints_key(request.source, request.options)
+    fits = request.fits.get(key)
+    if fits is None:
+        spec = request.specs.get(request.source) or load_spec_for(request.source)
+        fits = request.fits[key] = model_constraints(spec, request.options)
+    return request.generation, fits
+
+
+def audit_job(plan: Any, progress: Progress, cancel: CancelToken) -> Any:
+    """The readiness of the plan's decoder from the engine's audit of its built graph;
+    None when this engine has no audit."""
+    from app.readiness import audit_readiness
+
+    try:
+        return audit_readiness(plan)
+    except ImportError:
+        return None
 
 
 def run_export(request: ExportRequest, progress: Progress, cancel: CancelToken) -> Any:

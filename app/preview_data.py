@@ -11,8 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.readiness import SessionReadiness, capture_readiness
-from engine.errors import render_message
-from engine.models import model_summary
+from app.wording import render
 
 if TYPE_CHECKING:
     from engine.options import ExportOptions
@@ -29,7 +28,15 @@ ROLE_LABELS = {
     "norm": "norms",
     "scalar": "scalars",
     "rope_cache": "RoPE caches",
+    "router": "MoE routers",
+    "experts": "MoE experts",
+    "scale": "scales",
+    "bias": "biases",
+    "clip": "clip bounds",
+    "table": "position tables",
+    "conv": "convolutions",
 }
+"""Every weight role (``engine.logical.Role``) in words, for the size chart's legend."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class TensorBar:
     pieces: int
     over_limit: bool
     over_binding: bool = False
+    session: str = ""
+    """The session it belongs to (said on the chart when a package has several)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class SplitRow:
     axis: int | None
     note: str
     still_over: bool
+    session: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ def _storage(w: Any) -> str:
 
 def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
     """Summarise a plan for the charts and tables."""
+    from engine.models import model_summary  # the model builders: not at start-up
+
     limit = plan.options.max_buffer_size
     sessions = []
     bars = []
@@ -117,7 +129,16 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
             over = "max_buffer_size" in exceeds
             binding = "max_storage_binding_size" in exceeds
             bars.append(
-                TensorBar(w.name, w.weight.role, unsplit, largest, len(w.pieces), over, binding)
+                TensorBar(
+                    w.name,
+                    w.weight.role,
+                    unsplit,
+                    largest,
+                    len(w.pieces),
+                    over,
+                    binding,
+                    session.name,
+                )
             )
             if w.is_split or "max_buffer_size" in w.exceeds:
                 row = SplitRow(
@@ -127,8 +148,9 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
                     len(w.pieces),
                     largest,
                     w.split_axis,
-                    render_message(w.note),
+                    render(w.note),
                     over,
+                    session.name,
                 )
                 splits.append(row)
         total = sum(by_role.values())
@@ -149,7 +171,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
         largest=tuple(bars[:TOP_TENSORS]),
         splits=tuple(splits),
         readiness=capture_readiness(plan),
-        warnings=tuple(render_message(w) for w in plan.warnings),
+        warnings=tuple(render(w) for w in plan.warnings),
         spec_summary=model_summary(plan.spec),
         compute_ms=compute_ms,
         plan=plan,

@@ -49,7 +49,7 @@ def _run(timeout_s: float) -> dict[str, Any]:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.runtime_adapter import check_package_loads
+    from app.load_check import check_package_loads
     from app.settings import AppSettings
     from app.state import ModelSource
     from app.windows.main_window import MainWindow

@@ -48,8 +48,10 @@ class AppSettings:
         """Remember the choices of the session (source, options, output)."""
         self.qsettings.setValue("models/last", state.source.to_json())
         self.qsettings.setValue("export/options", options_to_json(state.options))
-        self.qsettings.setValue("export/output", state.output)
-        self.qsettings.setValue("export/overwrite", state.overwrite)
+        self.qsettings.setValue("export/output", "" if state.output_auto else state.output)
+        # "Replace an existing folder" is deliberately not remembered: each launch starts
+        # with it off, so no export replaces a folder because of an earlier session.
+        self.qsettings.remove("export/overwrite")
 
     def restore_state(self, state: StudioState) -> None:
         """Put the last session's choices back into ``state``."""
@@ -59,8 +61,7 @@ class AppSettings:
         options = self.last_options()
         if options is not None:
             state.set_options(options)
-        state.set_output(self._text("export/output"))
-        state.overwrite = str(self.qsettings.value("export/overwrite", "false")).lower() == "true"
+        state.set_output(self._text("export/output"))  # empty: it follows the model
 
     def save_geometry(self, window: QWidget) -> None:
         self.qsettings.setValue("window/geometry", window.saveGeometry())

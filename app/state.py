@@ -7,54 +7,19 @@ runs long work (controllers start workers for that) and holds no widgets.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.choices import Constraints, default_output, ep_constraints, fit_options
+from app.source import DEFAULT_PRESET, ModelSource
+from app.wording import CONTROLS
+from engine.caps import get_caps
 from engine.options import ExportOptions
 
-SourceKind = Literal["preset", "folder", "cache"]
-DEFAULT_PRESET = "gemma4-tiny"
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where the model comes from: a built-in preset, a checkpoint folder, or a folder in
-    the Hugging Face cache."""
-
-    kind: SourceKind
-    value: str
-    """The preset name, or the folder path."""
-    label: str = ""
-
-    @property
-    def is_preset(self) -> bool:
-        return self.kind == "preset"
-
-    @property
-    def display(self) -> str:
-        if self.label:
-            return self.label
-        return f"preset {self.value}" if self.is_preset else Path(self.value).name
-
-    def export_args(self) -> dict[str, str]:
-        """``model_dir=`` or ``preset=`` for :func:`engine.pipeline.export`."""
-        return {"preset": self.value} if self.is_preset else {"model_dir": self.value}
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> ModelSource | None:
-        try:
-            data = json.loads(text)
-            if data.get("kind") in ("preset", "folder", "cache"):
-                return cls(data["kind"], str(data["value"]), str(data.get("label", "")))
-        except (ValueError, TypeError, AttributeError, KeyError):
-            pass
-        return None
+__all__ = ["DEFAULT_PRESET", "ModelSource", "StudioState"]
 
 
 def options_to_json(options: ExportOptions) -> str:
@@ -66,19 +31,29 @@ def options_from_json(text: str) -> ExportOptions | None:
     try:
         data = json.loads(text)
         known = {f.name for f in fields(ExportOptions)}
-        return ExportOptions(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if isinstance(values.get("modalities"), list):  # JSON has no tuples
+            values["modalities"] = tuple(values["modalities"])
+        return ExportOptions(**values)
     except (ValueError, TypeError, AttributeError):
         return None
 
 
 class StudioState(QObject):
-    """The chosen model, options and output, and the latest preview, package and error."""
+    """The chosen model, options and output; the latest preview, package and error; and
+    what cannot be chosen now (:class:`app.choices.Constraints`) with what was adjusted."""
 
     sourceChanged = Signal(object)
     optionsChanged = Signal(object)
     outputChanged = Signal(str)
+    overwriteChanged = Signal(bool)
     previewChanged = Signal(object)
     packageChanged = Signal(str)
+    constraintsChanged = Signal(object)
+    adjusted = Signal(str)
+    """Why the options were moved onto allowed values (empty: nothing to explain)."""
+    sourceProblemChanged = Signal(str)
+    """Why the chosen model cannot be exported (empty: no known problem)."""
     errorChanged = Signal(str, str)
     """(where, message); an empty message means the error of ``where`` was cleared."""
 
@@ -87,32 +62,97 @@ class StudioState(QObject):
         self.source = ModelSource("preset", DEFAULT_PRESET)
         self.options = ExportOptions()
         self.output = ""
+        self.output_auto = True
+        """The output folder follows the model and options until the user sets one."""
         self.overwrite = False
         self.preview: Any = None
         self.package = ""
         self.error: tuple[str, str] = ("", "")
+        self.source_problem = ""
+        self.plan_problem = ""
+        """Why the current options cannot be planned (empty: they can, or not known yet)."""
+        self.adjustment = ""
+        self._ep_constraints = ep_constraints(get_caps(self.options.ep))
+        self._model_constraints = Constraints()
+        self.constraints = self._ep_constraints
+        self._follow_output()
 
     def set_source(self, source: ModelSource) -> None:
         if source != self.source:
             self.source = source
+            self._model_constraints = Constraints()
+            self._set_constraints()
+            self.set_source_problem(source_problem(source))
             self.sourceChanged.emit(source)
+            self._follow_output()
+
+    def set_source_problem(self, problem: str) -> None:
+        if problem != self.source_problem:
+            self.source_problem = problem
+            self.sourceProblemChanged.emit(problem)
 
     def set_options(self, options: ExportOptions) -> None:
-        if options != self.options:
-            self.options = options
-            self.optionsChanged.emit(options)
+        """Set the options, moved onto allowed values (the reason goes to ``adjusted``)."""
+        if options.ep != self.options.ep:
+            self._ep_constraints = ep_constraints(get_caps(options.ep))
+            self._set_constraints()
+        fitted, notes = fit_options(options, self.constraints)
+        self._apply(fitted, notes)
 
     def update_options(self, **changes: Any) -> None:
         """Change some option fields, e.g. ``update_options(ep="webgpu")``."""
         self.set_options(replace(self.options, **changes))
 
-    def set_output(self, output: str) -> None:
+    def set_model_constraints(self, constraints: Constraints) -> None:
+        """What the model's dimensions rule out (from the preview worker)."""
+        self._model_constraints = constraints
+        self._set_constraints()
+        fitted, notes = fit_options(self.options, self.constraints)
+        if notes:
+            self._apply(fitted, notes)
+
+    def _set_constraints(self) -> None:
+        constraints = self._ep_constraints.merged(self._model_constraints)
+        if constraints != self.constraints:
+            self.constraints = constraints
+            self.constraintsChanged.emit(constraints)
+
+    def _apply(self, options: ExportOptions, notes: list[str]) -> None:
+        """Take ``options``; say why they differ from what was asked, or clear the last
+        explanation when a change needed none."""
+        adjustment = "; ".join(notes) + "." if notes else ""
+        if (options != self.options or adjustment) and adjustment != self.adjustment:
+            self.adjustment = adjustment
+            self.adjusted.emit(adjustment)
+        if options != self.options:
+            self.options = options
+            self.optionsChanged.emit(options)
+            self._follow_output()
+
+    def set_output(self, output: str, auto: bool = False) -> None:
+        """Set the output folder; one the user chose (``auto`` False) stops it following
+        the model and options, an empty one makes it follow again."""
+        self.output_auto = auto or not output.strip()
+        if self.output_auto and not auto:
+            self._follow_output()
+            return
         if output != self.output:
             self.output = output
             self.outputChanged.emit(output)
 
-    def set_preview(self, preview: Any) -> None:
+    def _follow_output(self) -> None:
+        if self.output_auto:
+            self.set_output(default_output(self.source, self.options), auto=True)
+
+    def set_overwrite(self, overwrite: bool) -> None:
+        if overwrite != self.overwrite:
+            self.overwrite = overwrite
+            self.overwriteChanged.emit(overwrite)
+
+    def set_preview(self, preview: Any, plan_problem: str = "") -> None:
+        """The latest preview, or None with why the options cannot be planned."""
         self.preview = preview
+        self.plan_problem = plan_problem if preview is None else ""
         self.previewChanged.emit(preview)
 
     def set_package(self, folder: str) -> None:
@@ -125,6 +165,24 @@ class StudioState(QObject):
             return replace(self.options, random_weights=True)
         return self.options
 
+    def export_blocker(self) -> str:
+        """Why Export cannot run now, in a sentence (empty when it can)."""
+        if self.source_problem:
+            return f"the model cannot be exported: {self.source_problem}"
+        if self.plan_problem:
+            return f"the current options cannot be planned: {self.plan_problem}"
+        if not self.output.strip():
+            return "choose an output folder"
+        output = Path(self.output).expanduser()
+        if output.exists() and not output.is_dir():
+            return f"{output} is a file, not a folder"
+        if output.exists() and not self.overwrite:
+            return (
+                f"{output} exists: tick “{CONTROLS['overwrite'].name}” to export over it, "
+                "or choose another folder"
+            )
+        return ""
+
     def report_error(self, where: str, message: str) -> None:
         """Show an error in the window's one error area (replacing any earlier one)."""
         self.error = (where, message)
@@ -135,3 +193,15 @@ class StudioState(QObject):
         if self.error[0] == where and self.error[1]:
             self.error = ("", "")
             self.errorChanged.emit(where, "")
+
+
+def source_problem(source: ModelSource) -> str:
+    """What is visibly wrong with a model source without reading it (a stat or two)."""
+    if source.is_preset:
+        return ""
+    folder = Path(source.value).expanduser()
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not (folder / "config.json").is_file():
+        return f"{folder} has no config.json (not a Hugging Face checkpoint folder)"
+    return ""

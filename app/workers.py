@@ -10,12 +10,14 @@ tensor cannot flood the UI thread.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal, SignalInstance
 from shiboken6 import isValid
 
 from engine.progress import CancelToken, Progress
@@ -24,6 +26,9 @@ Job = Callable[[Progress, CancelToken], Any]
 
 _ACTIVE: set[Worker] = set()
 """Workers in flight: Python must keep them alive until they finish."""
+_SHUTDOWN_HOOKED = False
+SHUTDOWN_WAIT_MS = 10_000
+"""How long leaving the app waits for cancelled workers to reach a cancel point."""
 
 
 class WorkerSignals(QObject):
@@ -55,16 +60,24 @@ class Worker(QRunnable):
     # Runs on the pool thread.
     def run(self) -> None:
         self._running = True
-        self.signals.started.emit()
+        self._emit(self.signals.started)
         try:
             result = self._job(self._report, self.cancel_token)
         except BaseException as exc:  # every failure goes to the UI, none is swallowed
-            self.signals.errored.emit(exc)
+            self._emit(self.signals.errored, exc)
         else:
-            self.signals.returned.emit(result)
+            self._emit(self.signals.returned, result)
         finally:
             self._running = False
-            self.signals.finished.emit()
+            self._emit(self.signals.finished)
+
+    def _emit(self, signal: SignalInstance, *args: Any) -> None:
+        """Emit unless the signals object is gone. It lives as long as this worker, which
+        :func:`shutdown_workers` waits for; this guards a job still running past that wait
+        at interpreter exit, when nobody is left to tell."""
+        if isValid(self.signals):
+            with contextlib.suppress(RuntimeError):  # deleted between the check and the emit
+                signal.emit(*args)
 
     def _report(self, fraction: float, message: str) -> None:
         now = time.monotonic()
@@ -73,11 +86,12 @@ class Worker(QRunnable):
             if due:
                 self._last_emit = now
         if due:
-            self.signals.progress.emit(float(fraction), str(message))
+            self._emit(self.signals.progress, float(fraction), str(message))
 
     # Called from the UI thread.
     def start(self, pool: QThreadPool | None = None) -> Worker:
         """Queue the job on ``pool`` (the global pool by default); returns self."""
+        _hook_shutdown()
         _ACTIVE.add(self)
         (pool or QThreadPool.globalInstance()).start(self)
         return self
@@ -132,3 +146,26 @@ def _while_alive(owner: QObject, callback: Callable[..., None]) -> Callable[...,
 def active_workers() -> list[Worker]:
     """Workers not finished yet (for tests and a clean shutdown)."""
     return list(_ACTIVE)
+
+
+def shutdown_workers(wait_ms: int = SHUTDOWN_WAIT_MS) -> bool:
+    """Cancel every worker in flight and wait for the pool; True when all have finished.
+
+    Runs when the application quits and at interpreter exit, so a script that creates a
+    window and ends (or a user quitting right after launch) never leaves a job emitting
+    into objects Python has already torn down.
+    """
+    for worker in list(_ACTIVE):
+        worker.cancel()
+    return bool(QThreadPool.globalInstance().waitForDone(wait_ms))
+
+
+def _hook_shutdown() -> None:
+    global _SHUTDOWN_HOOKED
+    if _SHUTDOWN_HOOKED:
+        return
+    _SHUTDOWN_HOOKED = True
+    atexit.register(shutdown_workers)
+    app = QCoreApplication.instance()
+    if app is not None:
+        app.aboutToQuit.connect(shutdown_workers)

@@ -177,8 +177,13 @@ def mutate_entry(rng: random.Random, header: dict[str, Any], case: Case) -> None
     names = [n for n in header if n != "__metadata__"]
     name = rng.choice(names)
     entry = header[name]
-    begin, end = entry["data_offsets"]
-    shape = list(entry["shape"])
+    if not isinstance(entry, dict):
+        return
+    # An earlier mutation of this case may have broken the entry already.
+    offsets, shape = entry.get("data_offsets"), entry.get("shape")
+    valid = isinstance(offsets, list) and len(offsets) == 2
+    begin, end = (int(offsets[0]), int(offsets[1])) if valid else (0, 0)
+    shape = list(shape) if isinstance(shape, list) and shape else [1]
     what = rng.choice(["dtype", "shape", "data_offsets"])
     if what == "dtype":
         value: Any = rng.choice(
@@ -338,6 +343,10 @@ def write_shards(rng: random.Random, base: Base, folder: Path, case: Case) -> No
             ["wrong", "missing", "outside", "absolute", "type", "map", "stray", "dup", "drop"]
         )
         name = rng.choice(names)
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            break  # an earlier mutation replaced the map: nothing left to mutate in it
+        home = next(f for f, members in groups.items() if name in members)
+        weight_map = {**weight_map, name: home}  # an earlier "drop" may have removed it
         if action == "wrong":
             other = next(f for f in groups if f != weight_map[name])
             index["weight_map"][name] = other

@@ -85,6 +85,10 @@ class EpCapabilities:
     int64_index_ops: frozenset[str] = frozenset()
     """Ops whose int64 inputs stay on the device where int64 arithmetic does not (the
     kernel only reads them as indices): RotaryEmbedding's position ids on WebGPU."""
+    host_op_dtypes: frozenset[tuple[str, str]] = frozenset()
+    """(op, data dtype) pairs this EP has no kernel for although the op has one for other
+    dtypes, dtypes as ONNX names in lower case (``int32``, ``bool``, ``float``). Builders
+    pick another dtype (:meth:`has_kernel`); the audit flags any that remain."""
     data_dependent_shapes: bool = False
     """Ops whose output shape depends on the data (``Unique``) run on the device and the
     package needs no static graph. Mixture-of-experts layers then gather each expert the
@@ -96,6 +100,11 @@ class EpCapabilities:
     zero points end in a padding nibble). onnxruntime-webgpu 1.27 refuses them at run time
     ("scales and zero_points must have the same shape"); its 8-bit rows and even block
     counts are exact."""
+    genai_max_images: int | None = None
+    """Images per prompt onnxruntime-genai 0.18 can encode with the vision session on this
+    EP (None: no limit). Its Gemma 4 vision loop slices one ``image_features`` buffer per
+    image by pointer arithmetic on the buffer's address; a WebGPU buffer is a handle, so a
+    second image kills the process (SIGSEGV, measured on lavapipe)."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -103,6 +112,10 @@ class EpCapabilities:
 
     def supports(self, op: str) -> bool:
         return op in self.fused_ops
+
+    def has_kernel(self, op: str, dtype: str) -> bool:
+        """Whether ``op`` on ``dtype`` data (an ONNX type name, any case) runs on the EP."""
+        return op not in self.host_ops and (op, dtype.lower()) not in self.host_op_dtypes
 
     @property
     def default_dtype(self) -> str:
@@ -158,9 +171,37 @@ _REGISTRY: dict[str, EpCapabilities] = {
             fuse_projections=True,
             max_split_outputs=7,
             int64_index_ops=frozenset({"RotaryEmbedding"}),
-            # Measured on onnxruntime-webgpu 1.27 (one-op models, every dtype we emit).
-            host_ops=frozenset({"ConstantOfShape", "Trilu", "Attention", "NonZero"}),
+            # Measured on onnxruntime-webgpu 1.27 (one-op models at opset 23, CPU fallback
+            # disabled: tests/webgpu/op_kernels.py; Max / Min for float, float16 and int32).
+            # Sin and Cos have kernels up to opset 21 only, yet are not listed: our graphs
+            # compute them from constants alone, which onnxruntime folds at load
+            # (engine/graph/axial_rope.py avoids them on run-time positions).
+            host_ops=frozenset(
+                {
+                    "ConstantOfShape",
+                    "Trilu",
+                    "Attention",
+                    "NonZero",
+                    "Compress",
+                    "Max",
+                    "Min",
+                    "Or",
+                    "Xor",
+                }
+            ),
+            # int64 is covered by ``int64_on_device``; float32 CumSum, Slice and Clip and
+            # int32 Equal run on the device.
+            host_op_dtypes=frozenset(
+                {
+                    ("CumSum", "int32"),
+                    ("Slice", "int32"),
+                    ("Slice", "bool"),
+                    ("Clip", "int32"),
+                    ("Equal", "bool"),
+                }
+            ),
             gbq_odd_4bit_blocks=False,
+            genai_max_images=1,
         ),
         EpCapabilities(
             name="dml",

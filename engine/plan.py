@@ -309,7 +309,7 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     length = context_length(spec, options)
 
     sessions = []
-    warnings: list[str] = []
+    warnings: dict[str, list[str]] = {}  # message -> the sessions it is about
     for session in sessions_for(spec, options, length):
         planned = {
             w.name: _plan_weight(w, options, limits, w.dtype or dtype) for w in session.weights()
@@ -319,11 +319,17 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         for name, owner in session.ties.items():
             planned[name] = _tied(name, planned[owner], options)
         weights = tuple(planned.values())
-        warnings += _limit_warnings(weights)
-        warnings += _float_expert_warnings(weights, options)
+        for message in _limit_warnings(weights) + _float_expert_warnings(weights, options):
+            warnings.setdefault(message, []).append(session.name)
         sessions.append(SessionPlan(session.name, session.filename, weights))
+    # A tensor two sessions hold (the token table of the embedding session and the
+    # decoder's tied head) is said once.
+    said = tuple(
+        message if len(names) == 1 else f"{message} (in the {' and '.join(names)} sessions)"
+        for message, names in warnings.items()
+    )
     return ExportPlan(
-        spec, options, caps, length, tuple(sessions), attention_path(spec, options), tuple(warnings)
+        spec, options, caps, length, tuple(sessions), attention_path(spec, options), said
     )
 
 
@@ -348,12 +354,16 @@ def _check_gbq_blocks(wp: WeightPlan, options: ExportOptions) -> None:
         width = piece.tensors[0].shape[-1] * 2  # 4-bit codes: two per byte
         if -(-width // wp.block_size) % 2:  # a partial last block counts
             fitting = [b for b in BLOCK_SIZES if -(-width // b) % 2 == 0]
-            bits = "weight_bits" if wp.weight.role == "experts" else "embedding_bits"
+            eight_bits = (
+                option("weight_bits", "8")
+                if wp.weight.role == "experts"
+                else option("embedding_bits", "8")
+            )
             raise OptionsError(
                 f"{wp.name}: {caps.display_name}'s GatherBlockQuantized cannot read 4-bit rows "
                 f"of {-(-width // wp.block_size)} blocks (an odd count); choose a "
                 f"{option('block_size')} that gives an even count "
-                f"({', '.join(map(str, fitting)) or 'none fits'}) or {option(bits, 8)}"
+                f"({', '.join(map(str, fitting)) or 'none fits'}) or {eight_bits}"
             )
 
 

@@ -1,16 +1,23 @@
-"""Benchmark: run the engine's bench in a worker, chart tok/s, keep a history to compare."""
+"""Benchmark tab: layout and wiring only (the runs live in :mod:`app.bench_controller`, the
+job in :mod:`app.package_jobs`, the history in :mod:`app.history`).
+
+Only what the package's EP supports here is offered: EPs this onnxruntime lacks, runtimes
+that are not installed and graph capture where it cannot run are disabled, each with the
+reason as its tooltip.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
-    QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -19,232 +26,391 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from app.controllers import error_text
-from app.history import BenchHistory
-from app.runtime_adapter import BenchRecord, BenchSettings, availability, run_bench
+from app.bench_controller import BenchController
+from app.bench_metrics import METRICS
+from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
 from app.state import StudioState
-from app.widgets.charts import HistoryChart, TokensPerSecondChart
+from app.theme import status_color
+from app.widgets.deferred import Deferred
+from app.widgets.media_inputs import MediaInputs, media_words
 from app.widgets.tables import fill_table, read_only_table
-from app.workers import Worker, start_worker
-from engine.progress import CancelToken, Progress
+from app.widgets.target_panel import combo, described
+from app.wording import CONTROLS
+from engine.caps import get_caps, list_eps
+from engine.units import format_bytes
 
-CAPTURE_MODES = (("off and on", (False, True)), ("off", (False,)), ("on", (True,)))
+if TYPE_CHECKING:
+    from app.widgets.bench_charts import HistoryChart, LatestRunsChart
 
 
-def bench_job(package: Path, settings: list[BenchSettings]) -> Any:
-    """One bench run per setting (capture off / on), as a plain job function."""
+def _latest_chart() -> LatestRunsChart:
+    from app.widgets.bench_charts import LatestRunsChart
 
-    def job(progress: Progress, cancel: CancelToken) -> list[BenchRecord]:
-        records = []
-        share = 1 / len(settings)
-        for i, setting in enumerate(settings):
+    return LatestRunsChart()
 
-            def part(fraction: float, message: str, i: int = i) -> None:
-                progress((i + fraction) * share, message)
 
-            records.append(run_bench(package, setting, part, cancel))
-            cancel.raise_if_cancelled()
-        return records
+def _history_chart() -> HistoryChart:
+    from app.widgets.bench_charts import HistoryChart
 
-    return job
+    return HistoryChart()
+
+
+CAPTURE_CHOICES = (("off", "off"), ("on", "on"), ("off and on, side by side", "both"))
+COLUMNS = (
+    "When",
+    "Package",
+    "Runtime",
+    "EP",
+    "Capture",
+    "Prompt",
+    "New",
+    "Load s",
+    "TTFT ms",
+    "Prefill tok/s",
+    "Decode tok/s",
+    "min-max",
+    "Peak RSS",
+)
 
 
 class BenchPanel(QWidget):
     """The Benchmark tab."""
 
-    finished = Signal(list)
+    finished = Signal(object)
+    """The :class:`BenchOutcome` of a run that produced results."""
 
-    def __init__(self, state: StudioState, history: BenchHistory, parent: Any = None) -> None:
+    def __init__(self, state: StudioState, controller: BenchController, parent: Any = None):
         super().__init__(parent)
         self._state = state
-        self.history = history
-        self.worker: Worker | None = None
+        self.controller = controller
+        self.latest: BenchOutcome | None = None
         self.package = QLineEdit()
         self.package.setPlaceholderText("a package folder (the last export by default)")
-        browse = QPushButton("Browse…")
-        self.runtime = QComboBox()
-        self.runtime.addItem("onnxruntime (our runner)", "ort")
-        self.runtime.addItem("onnxruntime-genai", "genai")
-        self.prompt_len = _spin(1, 8192, 64)
-        self.new_tokens = _spin(1, 4096, 64)
-        self.capture = QComboBox()
-        for label, modes in CAPTURE_MODES:
-            self.capture.addItem(label, modes)
-        self.run_button = QPushButton("Run benchmark")
+        self.package.setToolTip("The package folder to benchmark (any genai package)")
+        self.package.setAccessibleName("Package folder to benchmark")
+        self.browse = QPushButton("Bro&wse…")
+        self.browse.setToolTip("Choose a package folder")
+        self.runtime = combo("runtime")
+        self.ep = combo("ep", [("the package's EP", None)])
+        for name in list_eps():
+            self.ep.addItem(get_caps(name).display_name, name)
+        self.ep.setToolTip(
+            "Where to run: the EP the package was built for, or another one this "
+            "onnxruntime offers (EPs it lacks are disabled, with the reason)."
+        )
+        self.prompt_len = _spin("prompt_len", 1, 8192, 64)
+        self.new_tokens = _spin("new_tokens", 2, 4096, 64)
+        self.repeats = QSpinBox()
+        self.repeats.setRange(1, 20)
+        self.repeats.setValue(3)
+        self.repeats.setToolTip("Timed runs; decode tok/s is their median, with min and max")
+        self.repeats.setAccessibleName("Repeats")
+        self.capture = described(QComboBox(), "graph_capture")
+        for label, data in CAPTURE_CHOICES:
+            self.capture.addItem(label, data)
+        self.capture.setToolTip(
+            "Benchmark without graph capture, with it, or both (the capture run is then "
+            "checked against the other: same greedy tokens). Offered only where the "
+            "package and the EP can capture."
+        )
+        self.media = MediaInputs()
+        self.run_button = QPushButton("Run &benchmark")
+        self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
         self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop after the current step; finished runs are kept")
         self.cancel_button.setEnabled(False)
-        self.clear_button = QPushButton("Clear history")
+        self.clear_button = QPushButton("C&lear history")
+        self.clear_button.setToolTip("Forget every recorded run")
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
+        self.progress.setAccessibleName("Benchmark progress")
         self.note = QLabel()
         self.note.setWordWrap(True)
-        self.tps_chart = TokensPerSecondChart()
-        self.history_chart = HistoryChart()
+        self.note.setTextFormat(Qt.TextFormat.RichText)
+        self._latest_chart = Deferred(_latest_chart)
+        self._history_chart = Deferred(_history_chart)
         self.history_metric = QComboBox()
-        self.history_metric.addItem("decode tokens/s", "decode_tps")
-        self.history_metric.addItem("prefill tokens/s", "prefill_tps")
-        self.table = read_only_table(
-            [
-                "When",
-                "Package",
-                "Runtime",
-                "Capture",
-                "Prompt",
-                "New",
-                "Prefill tok/s",
-                "Decode tok/s",
-            ],
-            stretch=1,
-        )
+        for metric in METRICS:
+            self.history_metric.addItem(f"{metric.title} ({metric.unit})", metric.key)
+        self.history_metric.setToolTip("Which metric the runs-over-time chart shows")
+        self.history_metric.setAccessibleName("History metric")
+        self.table = read_only_table(COLUMNS, stretch=1)
 
+        for box in (self.runtime, self.ep, self.capture, self.history_metric):
+            box.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            box.setMinimumContentsLength(8)  # long entries must not widen a small window
         settings = QGroupBox("Run")
-        form = QFormLayout(settings)
-        row = QHBoxLayout()
-        row.addWidget(self.package, 1)
-        row.addWidget(browse)
-        form.addRow("Package", row)
-        form.addRow("Runtime", self.runtime)
-        form.addRow("Prompt tokens", self.prompt_len)
-        form.addRow("New tokens", self.new_tokens)
-        form.addRow("Graph capture", self.capture)
+        grid = QGridLayout(settings)
+        package_label = QLabel("P&ackage")
+        package_label.setBuddy(self.package)
+        grid.addWidget(package_label, 0, 0)
+        grid.addWidget(self.package, 0, 1, 1, 3)
+        grid.addWidget(self.browse, 0, 4)
+        for row, pairs in enumerate(
+            (
+                (("R&untime", self.runtime), (CONTROLS["ep"].label, self.ep)),
+                (
+                    (CONTROLS["prompt_len"].label, self.prompt_len),
+                    (CONTROLS["new_tokens"].label, self.new_tokens),
+                ),
+                (("Repea&ts", self.repeats), ("&Graph capture", self.capture)),
+            ),
+            start=1,
+        ):
+            for column, (text, widget) in enumerate(pairs):
+                buddy = QLabel(text)
+                buddy.setBuddy(widget)
+                grid.addWidget(buddy, row, column * 2)
+                grid.addWidget(widget, row, column * 2 + 1, 1, 1 + column)
+        grid.addWidget(self.media, 4, 0, 1, 5)
         buttons = QHBoxLayout()
         for button in (self.run_button, self.cancel_button, self.clear_button):
             buttons.addWidget(button)
-        buttons.addStretch(1)
-        form.addRow(buttons)
-        form.addRow(self.progress)
-        form.addRow(self.note)
+        buttons.addWidget(self.progress, 1)
+        grid.addLayout(buttons, 5, 0, 1, 5)
+        grid.addWidget(self.note, 6, 0, 1, 5)
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
         over_time = QWidget()
         history_layout = QVBoxLayout(over_time)
         history_layout.setContentsMargins(0, 0, 0, 0)
-        history_layout.addWidget(self.history_chart, 1)
+        history_layout.addWidget(self._history_chart, 1)
         history_layout.addWidget(self.history_metric)
-        charts = QSplitter(Qt.Orientation.Horizontal)
-        charts.addWidget(self.tps_chart)
-        charts.addWidget(over_time)
-        top = QHBoxLayout()
-        top.addWidget(settings, 2)
-        top.addWidget(charts, 5)
-        history_box = QGroupBox("History")
-        QVBoxLayout(history_box).addWidget(self.table)
+        self.history_tabs = QTabWidget()
+        self.history_tabs.addTab(self.table, "History")
+        self.history_tabs.addTab(over_time, "Runs over time")
+        body = QSplitter(Qt.Orientation.Vertical)
+        body.addWidget(self._latest_chart)
+        body.addWidget(self.history_tabs)
+        body.setStretchFactor(0, 3)
+        body.setStretchFactor(1, 1)
+        self.history_tabs.setMinimumHeight(110)
+        body.setSizes([600, 200])
         layout = QVBoxLayout(self)
-        layout.addLayout(top, 3)
-        layout.addWidget(history_box, 2)
+        layout.addWidget(settings)
+        layout.addWidget(body, 1)
 
-        browse.clicked.connect(self._browse)
+        self.browse.clicked.connect(self._browse)
+        self.package.editingFinished.connect(lambda: controller.inspect(self.package.text()))
+        self.ep.currentIndexChanged.connect(lambda *_: self._show_capture_choices())
+        self.media.changed.connect(self._show_runtime_choices)
         self.run_button.clicked.connect(self.run)
-        self.cancel_button.clicked.connect(lambda: self.worker and self.worker.cancel())
-        self.clear_button.clicked.connect(self._clear)
+        self.cancel_button.clicked.connect(controller.cancel)
+        self.clear_button.clicked.connect(controller.clear_history)
         self.history_metric.currentIndexChanged.connect(self.refresh)
+        controller.factsChanged.connect(self._show_facts)
+        controller.progress.connect(self._on_progress)
+        controller.completed.connect(self._completed)
+        controller.cancelled.connect(lambda: self._say("Cancelled: no run finished.", "off"))
+        controller.failed.connect(lambda _: self._say("Failed (see the message above).", "error"))
+        controller.finished.connect(self._finished)
+        controller.historyChanged.connect(self.refresh)
         state.packageChanged.connect(self.set_package)
-        self._show_availability()
-        self.refresh()
+        self._loaded = False
+        self._show_facts(None)
+        if state.package:  # exported before this tab was first shown
+            self.set_package(state.package)
 
-    def _show_availability(self) -> None:
-        found = availability("bench")
-        self.note.setText(
-            "Runs engine.runtime.bench in a worker thread."
-            if found.available
-            else f"<span style='color:#8a6d3b'>Benchmark not available: {found.message}</span>"
-        )
+    @property
+    def latest_chart(self) -> LatestRunsChart:
+        return self._latest_chart.widget
 
+    @property
+    def history_chart(self) -> HistoryChart:
+        return self._history_chart.widget
+
+    # wiring
     def set_package(self, folder: str) -> None:
         self.package.setText(folder)
+        self.controller.inspect(folder)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Package folder")
         if folder:
-            self.package.setText(folder)
+            self.set_package(folder)
 
-    def run(self) -> Worker | None:
-        """Bench the package (capture off and/or on) in a worker."""
-        text = self.package.text().strip()
-        if not text:
+    def _show_facts(self, facts: PackageFacts | None) -> None:
+        self.run_button.setEnabled(facts is not None and not self.controller.running)
+        self.media.set_facts(facts)
+        if facts is None:
+            self.run_button.setToolTip("Choose a package folder first")
+            return
+        self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
+        self.ep.setItemText(0, f"the package's EP ({get_caps(facts.ep).display_name})")
+        _disable(self.ep, {None: facts.eps.get(facts.ep), **facts.eps})
+        _keep_enabled_choice(self.ep)
+        self._show_runtime_choices()
+        self._show_capture_choices()
+
+    def _show_runtime_choices(self) -> None:
+        """Prompts with images or audio run through genai, whose processors read them; their
+        length comes from the processor, not from the prompt-tokens setting."""
+        facts = self.controller.facts
+        if facts is None:
+            return
+        media = self.media.any
+        reasons = dict(facts.runtimes)
+        if media and not reasons.get("ort"):
+            reasons["ort"] = "prompts with images or audio run through onnxruntime-genai"
+        _disable(self.runtime, reasons)
+        _keep_enabled_choice(self.runtime)
+        self.prompt_len.setEnabled(not media)
+        self.prompt_len.setToolTip(
+            "Not used: the prompt is the text with the image and audio, as genai's "
+            "processor makes it"
+            if media
+            else CONTROLS["prompt_len"].help
+        )
+
+    def _show_capture_choices(self) -> None:
+        facts = self.controller.facts
+        if facts is None:
+            return
+        problem = facts.capture_problem(self.ep.currentData())
+        _disable(self.capture, {"on": problem, "both": problem})
+        wanted = "off" if problem else "both"
+        self.capture.setCurrentIndex(self.capture.findData(wanted))
+
+    def run(self) -> Any:
+        """Benchmark the package with the chosen settings (in a worker)."""
+        if self.controller.facts is None:
             self._state.report_error("bench", "Choose a package folder to benchmark.")
             return None
-        self._state.clear_error("bench")
-        settings = [
-            BenchSettings(
-                self.runtime.currentData(),
-                self.prompt_len.value(),
-                self.new_tokens.value(),
-                capture,
-            )
-            for capture in self.capture.currentData()
-        ]
-        self.run_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
-        self.progress.setValue(0)
-        self.worker = start_worker(
-            bench_job(Path(text), settings),
-            owner=self,
-            name="bench",
-            on_returned=self._returned,
-            on_errored=self._errored,
-            on_progress=self._on_progress,
-            on_finished=self._finished,
+        request = BenchRequest(
+            self.controller.facts.path,
+            self.runtime.currentData(),
+            self.ep.currentData(),
+            self.prompt_len.value(),
+            self.new_tokens.value(),
+            self.repeats.value(),
+            self.capture.currentData(),
+            self.media.images,
+            self.media.audios,
+            self.media.text,
         )
-        return self.worker
+        worker = self.controller.run(request)
+        if worker is not None:
+            self.run_button.setEnabled(False)
+            self.cancel_button.setEnabled(True)
+            self.progress.setValue(0)
+            self._say("Running…", "off")
+        return worker
 
     def _on_progress(self, fraction: float, message: str) -> None:
         self.progress.setValue(int(fraction * 1000))
         self.progress.setFormat(f"%p%  {message}")
 
-    def _returned(self, records: list[BenchRecord]) -> None:
+    def _completed(self, outcome: BenchOutcome) -> None:
+        self.latest = outcome
         self.progress.setValue(1000)
-        self.progress.setFormat(f"%p%  done: {len(records)} run(s)")
-        for record in records:
-            self.history.add(record)
-        self.refresh()
-        self.finished.emit(records)
+        runs = len(outcome.results)
+        lines = [f"Done: {runs} run{'s' * (runs != 1)} recorded."]
+        if outcome.results and outcome.results[0].media:
+            first = outcome.results[0]
+            lines.append(
+                f"Prompt with {media_words(first.media)} ({first.prompt_length} tokens after "
+                f"genai's processor): first token in "
+                f"{first.time_to_first_token_seconds * 1e3:,.0f} ms with the encoders, then "
+                f"{first.decode_tokens_per_second:,.1f} tok/s."
+            )
+        if outcome.agreement is not None:
+            a = outcome.agreement
+            lines.append(
+                "Capture on generates the same tokens as off."
+                if a.same_tokens
+                else f"Capture on DIFFERS from off from token {a.first_difference}."
+            )
+        if outcome.problem:
+            kept = "the capture-off results are kept" if runs else "nothing was kept"
+            lines.append(f"Not run: {outcome.problem} ({kept}).")
+        level = (
+            "warning"
+            if outcome.problem or (outcome.agreement and not outcome.agreement.same_tokens)
+            else "ready"
+        )
+        self._say(" ".join(lines), level)
+        self.finished.emit(outcome)
 
-    def _errored(self, exc: BaseException) -> None:
-        self._state.report_error("bench", f"Benchmark failed: {error_text(exc)}")
-        self._show_availability()
+    def _say(self, text: str, level: str) -> None:
+        color = status_color(level, self.palette())
+        self.note.setText(f"<span style='color:{color}'>{text}</span>")
 
     def _finished(self) -> None:
-        self.worker = None
-        self.run_button.setEnabled(True)
+        self.run_button.setEnabled(self.controller.facts is not None)
         self.cancel_button.setEnabled(False)
 
-    def _clear(self) -> None:
-        self.history.clear()
-        self.refresh()
+    def showEvent(self, event: QShowEvent) -> None:
+        if not self._loaded:  # the history (and the engine's runtime records) on first view
+            self._loaded = True
+            self.refresh()
+        super().showEvent(event)
 
     def refresh(self, *_: Any) -> None:
         """Redraw the charts and the table from the history."""
-        records = self.history.records
-        latest = {r.capture: r for r in records}
-        self.tps_chart.set_runs(latest.get(False), latest.get(True))
-        self.history_chart.set_history(records, self.history_metric.currentData())
+        self._loaded = True
+        runs = self.controller.history.runs
+        latest: dict[bool, Any] = {}
+        for run in runs:
+            latest[run.result.graph_capture] = run.result
+        if self.latest is not None and self.latest.results:
+            latest = {r.graph_capture: r for r in self.latest.results}
+        self.latest_chart.set_runs(latest.get(False), latest.get(True))
+        self.history_chart.set_history(runs, self.history_metric.currentData())
         fill_table(
             self.table,
             [
                 (
-                    time.strftime("%Y-%m-%d %H:%M", time.localtime(r.timestamp)),
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(run.timestamp)),
                     Path(r.package).name,
                     r.runtime,
-                    "on" if r.capture else "off",
-                    r.prompt_len,
+                    r.ep,
+                    "on" if r.graph_capture else "off",
+                    f"{r.prompt_length} + {media_words(r.media)}" if r.media else r.prompt_length,
                     r.new_tokens,
-                    _tps(r.prefill_tps),
-                    _tps(r.decode_tps),
+                    f"{r.load_seconds:.2f}",
+                    f"{r.time_to_first_token_seconds * 1e3:,.1f}",
+                    f"{r.prefill_tokens_per_second:,.1f}",
+                    f"{r.decode_tokens_per_second:,.1f}",
+                    f"{r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f}",
+                    format_bytes(r.peak_rss_bytes),
                 )
-                for r in reversed(records)
+                for run in reversed(runs)
+                for r in (run.result,)
             ],
         )
 
 
-def _tps(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
-
-
-def _spin(low: int, high: int, value: int) -> QSpinBox:
-    spin = QSpinBox()
+def _spin(key: str, low: int, high: int, value: int) -> QSpinBox:
+    spin = described(QSpinBox(), key)
     spin.setRange(low, high)
     spin.setValue(value)
     return spin
+
+
+def _disable(box: QComboBox, reasons: dict[Any, str | None]) -> None:
+    """Disable the items whose data has a reason (the reason becomes the item's tooltip)."""
+    model = box.model()
+    assert isinstance(model, QStandardItemModel)
+    for i in range(box.count()):
+        reason = reasons.get(box.itemData(i))
+        model.item(i).setEnabled(not reason)
+        model.item(i).setToolTip(f"Not available: {reason}" if reason else "")
+
+
+def _keep_enabled_choice(box: QComboBox) -> None:
+    """Move off a disabled item onto the first enabled one."""
+    model = box.model()
+    assert isinstance(model, QStandardItemModel)
+    if model.item(box.currentIndex()).isEnabled():
+        return
+    for i in range(box.count()):
+        if model.item(i).isEnabled():
+            box.setCurrentIndex(i)
+            return

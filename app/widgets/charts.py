@@ -1,25 +1,32 @@
-"""pyqtgraph charts: session sizes, the largest tensors against the buffer limit, tok/s."""
+"""pyqtgraph charts of the preview: bytes per session, the largest tensors against the limits.
+
+Each chart is a :class:`ChartBox`: a word-wrapped title, the plot, and a legend in a label
+under it (so neither can clip or cover bars at any window size). Colours follow the
+palette, light or dark, and the chart redraws when it changes. Every chart also carries a
+plain-text summary of what it shows (tooltip and accessible description).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QResizeEvent
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.preview_data import SessionSize, TensorBar
-from app.runtime_adapter import BenchRecord
+from app.theme import BINDING, FITS, OVER, SERIES, chart_background, chart_foreground, split_ghost
 from engine.units import format_bytes
 
-pg.setConfigOptions(antialias=True, background="w", foreground="#333")
-
 MIB = 1024**2
-PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
-OK, SPLIT_GHOST, OVER, BINDING = "#4c72b0", "#c9d6ea", "#c44e52", "#dd8452"
-CAPTURE_OFF, CAPTURE_ON = "#8c9bb0", "#dd8452"
+OFF_SCALE = 20
+"""A limit more than this many times the largest tensor is named, not drawn: drawn, it would
+squeeze every bar to a sliver."""
 
 
-def _unit(largest: float) -> tuple[float, str]:
+def unit_for(largest: float) -> tuple[float, str]:
     """The binary unit that keeps the largest value between about 1 and 2048."""
     for scale, unit in ((1024**3, "GiB"), (MIB, "MiB"), (1024, "KiB")):
         if largest >= 2 * scale:
@@ -27,216 +34,285 @@ def _unit(largest: float) -> tuple[float, str]:
     return 1, "B"
 
 
-class _Chart(pg.PlotWidget):
-    """A plot with a title, no mouse zoom (these are read, not explored) and a legend."""
+NOISE = ("model.", ".MatMul", ".weight")
+"""Name parts that every tensor of a package shares (Hugging Face and builder naming)."""
 
-    def __init__(self, title: str, parent: object = None) -> None:
-        super().__init__(parent=parent)
-        self.setTitle(title, size="10pt")
-        self.setMouseEnabled(x=False, y=False)
-        self.setMenuEnabled(False)
-        self.hideButtons()
-        self.showGrid(x=True, y=False, alpha=0.25)
-        self.setMinimumHeight(180)
+
+def short_name(name: str, width: int = 30) -> str:
+    """A tensor name for an axis label: shared noise dropped, middle elided past ``width``."""
+    for part in NOISE:
+        name = name.removeprefix(part) if part.endswith(".") else name.replace(part, "")
+    if len(name) <= width:
+        return name
+    keep = (width - 1) // 2
+    return f"{name[:keep]}…{name[-(width - 1 - keep) :]}"
+
+
+def swatch(color: str, text: str, mark: str = "■") -> str:
+    return f"<span style='color:{color}'>{mark}</span>&nbsp;{text}"
+
+
+class ChartBox(QWidget):
+    """A titled plot with its legend below; subclasses draw in :meth:`draw`."""
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = QLabel(title)
+        self.title.setWordWrap(True)
+        font = self.title.font()
+        font.setBold(True)
+        self.title.setFont(font)
+        self.plot = pg.PlotWidget()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMinimumHeight(120)
+        self.plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         for axis in ("bottom", "left"):
-            self.getAxis(axis).enableAutoSIPrefix(False)
-        self.legend_offset = (-10, 10)
+            self.plot.getAxis(axis).enableAutoSIPrefix(False)
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
+        layout.addWidget(self.title)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
+        self.setAccessibleName(title)
+        self.summary = ""
+        self.categories: list[str] = []
+        self._args: tuple[Any, ...] | None = None
+        self._apply_theme()
+
+    @property
+    def foreground(self) -> QColor:
+        return chart_foreground(self.palette())
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._apply_theme()
+            if self._args is not None:
+                self.draw(*self._args)
+        super().changeEvent(event)
+
+    def _apply_theme(self) -> None:
+        fg = self.foreground
+        self.plot.setBackground(chart_background(self.palette()))
+        for axis in ("bottom", "left"):
+            item = self.plot.getAxis(axis)
+            item.setPen(pg.mkPen(fg))
+            item.setTextPen(pg.mkPen(fg))
+
+    def show_data(self, *args: Any) -> None:
+        """Draw these data (and again whenever the palette changes)."""
+        self._args = args
+        self.draw(*args)
+
+    def draw(self, *args: Any) -> None:
+        raise NotImplementedError
 
     def reset(self) -> None:
-        """Empty the chart, category labels included (clear() keeps axis ticks)."""
-        self.clear()
-        self._legend()
+        """Empty the plot, category labels included (clear() keeps axis ticks)."""
+        self.plot.clear()
         for axis in ("bottom", "left"):
-            self.getAxis(axis).setTicks(None)
+            self.plot.getAxis(axis).setTicks(None)
+            self.plot.setLabel(axis, "")
+        self.legend.setText("")
+        self.describe("")
 
-    def _legend(self) -> pg.LegendItem:
-        legend = self.getPlotItem().legend
-        if legend is None:
-            legend = self.addLegend(offset=self.legend_offset, labelTextSize="8pt")
-            legend.setBrush(pg.mkBrush(255, 255, 255, 220))
-        legend.clear()
-        return legend
+    def describe(self, summary: str) -> None:
+        """The chart's content as text (tooltip and accessible description)."""
+        self.summary = summary
+        self.setToolTip(summary)
+        self.setAccessibleDescription(summary)
 
-    def _category_axis(self, labels: Sequence[str], width: int = 190) -> None:
-        axis = self.getAxis("left")
-        axis.setTicks([list(enumerate(labels))])
-        axis.setWidth(width)
+    def text(self, value: str, x: float, y: float, anchor: tuple[float, float]) -> None:
+        item = pg.TextItem(value, color=self.foreground, anchor=anchor)
+        item.setPos(x, y)
+        self.plot.addItem(item)
+
+    def category_axis(self, axis: str, labels: Sequence[str]) -> None:
+        item = self.plot.getAxis(axis)
+        item.setTicks([list(enumerate(labels))])
+        self.categories = list(labels)
+        if axis == "left":
+            metrics = QFontMetrics(self.font())
+            widest = max((metrics.horizontalAdvance(label) for label in labels), default=20)
+            item.setWidth(min(widest + 16, max(120, int(self.width() * 0.45))))
+
+    def label_chars(self) -> int:
+        """How many characters a category label may take at the current width."""
+        average = max(QFontMetrics(self.font()).averageCharWidth(), 1)
+        return max(14, int(self.width() * 0.42) // average)
 
 
-class SessionSizeChart(_Chart):
-    """One stacked horizontal bar per session, split by what the bytes are."""
+class SessionSizeChart(ChartBox):
+    """One stacked horizontal bar per session (any number of them), split by role."""
 
-    def __init__(self, parent: object = None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Package size per session", parent)
 
     def set_sessions(self, sessions: Sequence[SessionSize]) -> None:
+        self.show_data(tuple(sessions))
+
+    def draw(self, sessions: tuple[SessionSize, ...]) -> None:
         self.reset()
-        legend = self._legend()
         if not sessions:
             return
-        scale, unit = _unit(max(s.total for s in sessions))
+        scale, unit = unit_for(max(s.total for s in sessions))
         roles: list[str] = []
         for s in sessions:
             roles += [r for r in s.by_role if r not in roles]
-        left = [0.0] * len(sessions)
+        ordered = list(reversed(sessions))  # the first session at the top
+        left = [0.0] * len(ordered)
+        legend = []
         for i, role in enumerate(roles):
-            widths = [s.by_role.get(role, 0) / scale for s in sessions]
-            bars = pg.BarGraphItem(
-                x0=list(left),
-                y=list(range(len(sessions))),
-                height=0.4,
-                width=widths,
-                brush=PALETTE[i % len(PALETTE)],
-                pen=pg.mkPen("w", width=0.5),
+            color = SERIES[i % len(SERIES)]
+            widths = [s.by_role.get(role, 0) / scale for s in ordered]
+            self.plot.addItem(
+                pg.BarGraphItem(
+                    x0=list(left),
+                    y=list(range(len(ordered))),
+                    height=0.5,
+                    width=widths,
+                    brush=color,
+                    pen=pg.mkPen(None),
+                )
             )
-            self.addItem(bars)
-            legend.addItem(bars, role)
+            legend.append(swatch(color, role))
             left = [a + b for a, b in zip(left, widths, strict=True)]
-        for i, s in enumerate(sessions):
-            label = pg.TextItem(f" {format_bytes(s.total)}", color="#333", anchor=(0, 0.5))
-            label.setPos(left[i], i)
-            self.addItem(label)
-        self._category_axis([f"{s.name} ({s.filename})" for s in sessions], 130)
-        self.setLabel("bottom", unit)
-        self.setXRange(0, max(left) * 1.45, padding=0)
-        self.setYRange(-0.8, len(sessions) - 0.2 + 0.8 * (len(sessions) == 1), padding=0)
+        self.category_axis("left", [f"{s.name} {format_bytes(s.total)}" for s in ordered])
+        self.plot.setLabel("bottom", unit)
+        self.plot.setXRange(0, max(left) * 1.05, padding=0)
+        self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
+        self.legend.setText(" &nbsp; ".join(legend))
+        self.describe(
+            "; ".join(
+                f"{s.name} ({s.filename}): {format_bytes(s.total)}"
+                + "".join(f", {r} {format_bytes(b)}" for r, b in s.by_role.items())
+                for s in sessions
+            )
+        )
 
 
-class LargestTensorsChart(_Chart):
-    """The largest weights' biggest single buffer, after (solid) and before (pale) splitting,
-    against the EP's buffer limit and storage binding limit."""
+class LargestTensorsChart(ChartBox):
+    """The largest weights' biggest single buffer after splitting (solid) and before (pale),
+    against the EP's buffer limit and storage binding limit (dashed / dotted lines)."""
 
-    def __init__(self, parent: object = None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Largest tensors vs. the buffer limit", parent)
-        self.legend_offset = (-10, -30)  # bottom right: the smallest bars are there
         self.bars: Sequence[TensorBar] = ()
+        self._shown = 0
+        self.drawn_limits: list[str] = []
+        """Which limit lines are on the plot (the others are off the scale)."""
 
     def set_tensors(
         self, bars: Sequence[TensorBar], limit: int | None, binding: int | None
     ) -> None:
-        self.reset()
-        legend = self._legend()
         self.bars = bars
+        self.show_data(tuple(bars), limit, binding)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._args is not None and self.fitting_bars() != self._shown:
+            self.draw(*self._args)
+
+    def fitting_bars(self) -> int:
+        """As many bars as the plot's height shows readably (a label's height each)."""
+        row = QFontMetrics(self.font()).height() + 4
+        return max(4, min(len(self.bars) or 1, (self.plot.height() - 40) // row))
+
+    def draw(self, bars: tuple[TensorBar, ...], limit: int | None, binding: int | None) -> None:
+        self.reset()
+        self.drawn_limits = []
+        self._shown = self.fitting_bars()
         if not bars:
             return
+        bars = bars[: self._shown]
         ordered = list(reversed(bars))  # the largest at the top
         y = list(range(len(ordered)))
-        scale, unit = _unit(max([b.unsplit for b in bars] + [limit or 0]))
+        written = max(b.largest for b in bars)
+        limits = [
+            (value, name, color, style)
+            for value, name, color, style in (
+                (limit, "buffer limit", OVER, Qt.PenStyle.DashLine),
+                (binding, "storage binding limit", BINDING, Qt.PenStyle.DotLine),
+            )
+            if value
+        ]
+        shown = [lim for lim in limits if lim[0] <= OFF_SCALE * written]
+        top = max([written] + [lim[0] for lim in shown]) * 1.15
+        scale, unit = unit_for(top)
+        clipped = [b for b in ordered if b.unsplit > top]
         ghost = pg.BarGraphItem(
             x0=0,
             y=y,
             height=0.7,
-            width=[b.unsplit / scale for b in ordered],
-            brush=SPLIT_GHOST,
+            width=[min(b.unsplit, top) / scale for b in ordered],
+            brush=split_ghost(self.palette()),
             pen=pg.mkPen(None),
         )
+        colors = [OVER if b.over_limit else BINDING if b.over_binding else FITS for b in ordered]
         solid = pg.BarGraphItem(
             x0=0,
             y=y,
             height=0.7,
             width=[b.largest / scale for b in ordered],
-            brush=OK,
-            brushes=[OVER if b.over_limit else BINDING if b.over_binding else OK for b in ordered],
+            brushes=colors,
             pen=pg.mkPen(None),
         )
-        self.addItem(ghost)
-        self.addItem(solid)
-        legend.addItem(solid, "largest buffer as written")
+        self.plot.addItem(ghost)
+        self.plot.addItem(solid)
+        for i, b in enumerate(ordered):
+            if b in clipped:
+                self.text(f"{format_bytes(b.unsplit)} unsplit ▸", top / scale, i, (1, 0.5))
+        legend = [swatch(FITS, "fits")]
+        if OVER in colors:
+            legend.append(swatch(OVER, "over the buffer limit"))
+        if BINDING in colors:
+            legend.append(swatch(BINDING, "over the storage binding limit"))
         if any(b.pieces > 1 for b in bars):
-            legend.addItem(ghost, "before splitting")
-        for value, color, style, text in (
-            (limit, OVER, Qt.PenStyle.DashLine, "buffer limit"),
-            (binding, BINDING, Qt.PenStyle.DotLine, "binding limit"),
-        ):
-            if value:
-                line = pg.InfiniteLine(
-                    pos=value / scale,
-                    angle=90,
-                    pen=pg.mkPen(color, width=2, style=style),
-                    label=f"{text} {value / MIB:,.0f} MiB",
-                    labelOpts={
-                        "position": 0.04 if text == "buffer limit" else 0.12,
-                        "color": color,
-                        "anchors": [(0, 1), (0, 1)],
-                    },
+            legend.append(swatch(split_ghost(self.palette()), "before splitting (×N: pieces)"))
+        for value, name, color, style in limits:
+            if (value, name, color, style) in shown:
+                self.plot.addItem(
+                    pg.InfiniteLine(
+                        pos=value / scale, angle=90, pen=pg.mkPen(color, width=2, style=style)
+                    )
                 )
-                self.addItem(line)
+                mark = "╌╌" if style == Qt.PenStyle.DashLine else "┈┈"
+                legend.append(swatch(color, f"{name} {format_bytes(value)}", mark))
+                self.drawn_limits.append(name)
+            else:
+                share = written / value
+                legend.append(
+                    f"{name} {format_bytes(value)}: off the scale (the largest tensor is "
+                    f"{share * 100:.2g}% of it)"
+                )
+        chars = self.label_chars()
+        several = len({b.session for b in bars}) > 1
         labels = [
-            b.name.removesuffix(".weight") + (f" ×{b.pieces}" if b.pieces > 1 else "")
+            (f"{b.session}: " if several else "")
+            + short_name(b.name, chars)
+            + (f" ×{b.pieces}" if b.pieces > 1 else "")
             for b in ordered
         ]
-        self._category_axis(labels)
-        self.setLabel("bottom", unit)
-        top = max([b.unsplit for b in bars] + [limit or 0, binding or 0]) / scale
-        self.setXRange(0, top * 1.05, padding=0)
-        self.setYRange(-0.6, len(ordered) - 0.4, padding=0)
-
-
-class TokensPerSecondChart(_Chart):
-    """Prefill and decode tokens/s of the latest runs, capture off vs on."""
-
-    def __init__(self, parent: object = None) -> None:
-        super().__init__("Tokens per second (latest runs)", parent)
-        self.showGrid(x=False, y=True, alpha=0.25)
-
-    def set_runs(self, off: BenchRecord | None, on: BenchRecord | None) -> None:
-        self.clear()
-        legend = self._legend()
-        for offset, record, color, name in (
-            (-0.18, off, CAPTURE_OFF, "capture off"),
-            (0.18, on, CAPTURE_ON, "capture on"),
-        ):
-            if record is None:
-                continue
-            values = [record.prefill_tps or 0.0, record.decode_tps or 0.0]
-            bars = pg.BarGraphItem(x=[offset, 1 + offset], height=values, width=0.34, brush=color)
-            self.addItem(bars)
-            legend.addItem(bars, name)
-            for x, v in zip((offset, 1 + offset), values, strict=True):
-                text = pg.TextItem(f"{v:,.1f}", color="#333", anchor=(0.5, 1))
-                text.setPos(x, v)
-                self.addItem(text)
-        self.getAxis("bottom").setTicks([[(0, "prefill"), (1, "decode")]])
-        self.setLabel("left", "tokens/s")
-        self.setXRange(-0.6, 1.6, padding=0)
-        peaks = [v for r in (off, on) if r for v in (r.prefill_tps or 0, r.decode_tps or 0)]
-        self.setYRange(0, max(peaks or [1]) * 1.2, padding=0)
-
-
-class HistoryChart(_Chart):
-    """One metric (decode or prefill tokens/s) of every run, capture off vs on."""
-
-    def __init__(self, parent: object = None) -> None:
-        super().__init__("Runs over time", parent)
-        self.showGrid(x=True, y=True, alpha=0.25)
-        self.legend_offset = (-10, -30)
-
-    def set_history(self, records: Sequence[BenchRecord], field: str = "decode_tps") -> None:
-        self.clear()
-        legend = self._legend()
-        for capture, color in ((False, CAPTURE_OFF), (True, CAPTURE_ON)):
-            points = [
-                (i + 1, getattr(r, field))
-                for i, r in enumerate(records)
-                if r.capture == capture and getattr(r, field)
-            ]
-            if points:
-                item = self.plot(
-                    [p[0] for p in points],
-                    [p[1] for p in points],
-                    pen=pg.mkPen(color, width=2),
-                    symbol="o",
-                    symbolSize=7,
-                    symbolBrush=color,
-                    symbolPen=None,
+        self.category_axis("left", labels)
+        self.plot.setLabel("bottom", unit)
+        self.plot.setXRange(0, top / scale, padding=0)
+        self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
+        self.legend.setText(" &nbsp; ".join(legend))
+        self.describe(
+            "Over the storage binding limit: only adapters that grant more can bind it. "
+            + "; ".join(
+                f"{b.name}: {format_bytes(b.largest)}"
+                + (
+                    f" in {b.pieces} pieces ({format_bytes(b.unsplit)} unsplit)"
+                    if b.pieces > 1
+                    else ""
                 )
-                legend.addItem(item, "capture on" if capture else "capture off")
-        runs = len(records)
-        step = max(1, runs // 10)
-        self.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, runs + 1, step)]])
-        self.setTitle(f"Runs over time: {field.split('_')[0]} tokens/s", size="10pt")
-        self.setLabel("left", "tokens/s")
-        self.setLabel("bottom", "run")
-        values = [getattr(r, field) or 0 for r in records]
-        self.setYRange(0, max(values or [1]) * 1.15, padding=0)
-        self.setXRange(0.5, max(runs, 1) + 0.5, padding=0)
+                + (" over the buffer limit" if b.over_limit else "")
+                for b in bars
+            )
+        )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QStandardItem, QStandardItemModel
+from PySide6.QtGui import QBrush, QColor, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -27,11 +27,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import dialogs
 from app.state import StudioState
+from app.theme import is_dark, status_color
 from engine.genai_doc import ConfigValueError, GenaiConfigError, GenaiDoc, JsonPath, rule_for
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
-LINT_BRUSH = QBrush(QColor("#fff3cd"))
+
+
+def lint_brush(palette: QPalette) -> QBrush:
+    """The background of a field the lint flags: amber, dark enough for light text in a
+    dark palette."""
+    return QBrush(QColor("#5c4a00" if is_dark(palette) else "#fff3cd"))
 
 
 def is_container(value: Any) -> bool:
@@ -82,16 +89,18 @@ class ConfigEditor(QWidget):
         self.doc: GenaiDoc | None = None
         self._keys: dict[JsonPath, QStandardItem] = {}
         self._values: dict[JsonPath, QStandardItem] = {}
-        self.open_button = QPushButton("Open…")
-        self.save_button = QPushButton("Save")
-        self.save_as_button = QPushButton("Save as…")
-        self.reload_button = QPushButton("Reload")
+        self.open_button = _button("&Open…", "Open a genai_config.json (or a package folder)")
+        self.save_button = _button("&Save", "Save the file (Ctrl+S); asks first if lint flags it")
+        self.save_as_button = _button("Save &as…", "Save to another file")
+        self.reload_button = _button("Reloa&d", "Read the file again (asks before losing edits)")
         self.path_label = QLabel("No file open. Export a package or open any genai_config.json.")
-        self.path_label.setStyleSheet("color: #555;")
+        self.path_label.setWordWrap(True)
         self.model = QStandardItemModel(0, 3)
         self.model.setHorizontalHeaderLabels(["Field", "Value", "Type"])
         self.tree = QTreeView()
         self.tree.setModel(self.model)
+        self.tree.setAccessibleName("genai_config fields")
+        self.tree.setToolTip("Double-click (or F2) a value to edit it; Enter applies, Esc cancels")
         self.tree.setAlternatingRowColors(True)
         self.tree.setItemDelegateForColumn(1, _ValueDelegate(self))
         self.tree.setColumnWidth(0, 250)
@@ -101,6 +110,7 @@ class ConfigEditor(QWidget):
         self.captures: dict[str, QCheckBox] = {}
         self.lint = QListWidget()
         self.lint.setWordWrap(True)
+        self.lint.setAccessibleName("Lint: known traps")
         self.message = QLabel("")
         self.message.setWordWrap(True)
 
@@ -127,13 +137,16 @@ class ConfigEditor(QWidget):
         self.open_button.clicked.connect(self.choose_file)
         self.save_button.clicked.connect(lambda: self.save())
         self.save_as_button.clicked.connect(self._save_as)
-        self.reload_button.clicked.connect(lambda: self.doc and self.open(str(self.doc.path)))
+        self.reload_button.clicked.connect(self.reload)
         self._refresh_buttons()
 
     # ------------------------------------------------------------------ file
 
     def open(self, path: str) -> bool:
-        """Open a genai_config.json (or a package folder); errors go to the error banner."""
+        """Open a genai_config.json (or a package folder); errors go to the error banner.
+        Unsaved edits of the open file are not dropped without asking."""
+        if not self.maybe_keep_edits():
+            return False
         try:
             doc = GenaiDoc.load(path)
         except GenaiConfigError as exc:
@@ -146,9 +159,41 @@ class ConfigEditor(QWidget):
         self.opened.emit(str(doc.path))
         return True
 
+    def reload(self) -> bool:
+        """Read the file again; asks before dropping unsaved edits."""
+        if self.doc is None or self.doc.path is None:
+            return False
+        path = str(self.doc.path)
+        if not self.maybe_keep_edits():
+            return False
+        self.doc = None  # the edits are saved or given up: nothing left to ask about
+        return self.open(path)
+
+    def maybe_keep_edits(self) -> bool:
+        """True when it is fine to drop the open document: nothing unsaved, or the user
+        saved or discarded it; False when the user cancelled (or saving failed)."""
+        if self.doc is None or not self.doc.modified:
+            return True
+        answer = dialogs.unsaved_changes(self, str(self.doc.path or "genai_config.json"))
+        if answer == "save":
+            return self.save()
+        return answer == "discard"
+
     def save(self, path: str | None = None) -> bool:
-        """Save (to ``path`` or the file it came from); unchanged files stay byte-identical."""
+        """Save (to ``path`` or the file it came from); unchanged files stay byte-identical.
+        When the lint flags values, the user is asked first."""
         if self.doc is None:
+            return False
+        flagged = self.doc.problems() + self.doc.lint()
+        if flagged and not dialogs.confirm(
+            self,
+            "Save a flagged genai_config?",
+            f"The lint flags {len(flagged)} value(s):\n\n"
+            + "\n".join(f"• {lint.message}" for lint in flagged)
+            + "\n\nonnxruntime-genai may refuse or misbehave with them. Save anyway?",
+            "Save anyway",
+        ):
+            self.message.setText("Not saved: the flagged values are still in the editor.")
             return False
         unchanged = not self.doc.modified
         try:
@@ -189,7 +234,8 @@ class ConfigEditor(QWidget):
         try:
             value = self.doc.set_text(path, text)
         except ConfigValueError as exc:
-            self.message.setText(f"<span style='color:#c62828'>Refused {exc}</span>")
+            color = status_color("error", self.palette())
+            self.message.setText(f"<span style='color:{color}'>Refused {exc}</span>")
             self.refused.emit(exc.reason)
             return False
         item = self._values.get(path)
@@ -242,7 +288,9 @@ class ConfigEditor(QWidget):
             for item in (key_item, value_item, type_item):
                 item.setData(child_path, PATH_ROLE)
                 item.setEditable(item is value_item and not container)
-            type_item.setForeground(QColor("#2e7d32" if rule else "#777"))
+            type_item.setForeground(
+                QColor(status_color("ready" if rule else "off", self.palette()))
+            )
             parent.appendRow([key_item, value_item, type_item])
             self._keys[child_path] = key_item
             self._values[child_path] = value_item
@@ -278,7 +326,7 @@ class ConfigEditor(QWidget):
             self.lint.addItem(f"⚠ {lint.message}")
             for items in (self._keys, self._values):
                 if lint.path in items:
-                    items[lint.path].setBackground(LINT_BRUSH)
+                    items[lint.path].setBackground(lint_brush(self.palette()))
         if not found:
             self.lint.addItem("No known traps.")
         self._refresh_buttons()
@@ -304,3 +352,9 @@ def _type_text(value: Any, rule: Any) -> str:
         return "list"
     kinds = {bool: "true/false", int: "integer", float: "number", str: "text"}
     return f"{kinds.get(type(value), 'null')} (not checked, kept as is)"
+
+
+def _button(text: str, tip: str) -> QPushButton:
+    button = QPushButton(text)
+    button.setToolTip(tip)
+    return button

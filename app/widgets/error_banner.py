@@ -14,6 +14,7 @@ SOURCES = {
     "verify": "Verify",
     "bench": "Benchmark",
     "config": "Config editor",
+    "inspect": "Inspector",
 }
 
 

@@ -22,10 +22,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.state import ModelSource, StudioState
+from app.wording import CONTROLS
 from app.workers import start_worker
 from resources import resource_path
 
-KINDS = (("preset", "Preset"), ("folder", "Folder"), ("cache", "HF cache"))
+KINDS = (("preset", "&Preset"), ("folder", "Fol&der"), ("cache", "HF &cache"))
+KIND_TIPS = (
+    "A built-in architecture (no weights: packages get seeded random ones)",
+    "A Hugging Face checkpoint folder on disk (config.json + *.safetensors)",
+    "A checkpoint already in the local Hugging Face cache (nothing is downloaded)",
+)
 
 
 def preset_choices() -> list[tuple[str, str]]:
@@ -53,6 +59,7 @@ class ModelPanel(QGroupBox):
         kinds = QHBoxLayout()
         for i, (_, label) in enumerate(KINDS):
             button = QRadioButton(label)
+            button.setToolTip(KIND_TIPS[i])
             self.kind_buttons.addButton(button, i)
             kinds.addWidget(button)
         kinds.addStretch(1)
@@ -60,18 +67,24 @@ class ModelPanel(QGroupBox):
         self.presets = QComboBox()
         self._preset_notes = dict(preset_choices())
         self.presets.addItems(list(self._preset_notes))
+        self.presets.setToolTip(CONTROLS["preset"].help)
+        self.presets.setAccessibleName("Preset")
         self.preset_note = QLabel()
         self.preset_note.setWordWrap(True)
-        self.preset_note.setStyleSheet("color: #555;")
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("a folder with config.json + *.safetensors")
+        self.folder.setToolTip(CONTROLS["model"].help)
+        self.folder.setAccessibleName("Model folder")
         browse = QPushButton("Browse…")
+        browse.setToolTip("Choose a checkpoint folder (Ctrl+O)")
         self.cache = QComboBox()
-        self.cache.setPlaceholderText("press Scan to list cached checkpoints")
+        self.cache.setPlaceholderText("press Scan")
+        self.cache.setToolTip("Checkpoints found in the local Hugging Face cache")
+        self.cache.setAccessibleName("Cached checkpoint")
         self.scan_button = QPushButton("Scan")
+        self.scan_button.setToolTip("List supported checkpoints in the local cache (no download)")
         self.cache_note = QLabel("Scans ~/.cache/huggingface/hub (and HF_HOME); never downloads.")
         self.cache_note.setWordWrap(True)
-        self.cache_note.setStyleSheet("color: #555;")
 
         self.stack = QStackedWidget()
         self.stack.addWidget(_column(self.presets, self.preset_note))
@@ -79,12 +92,14 @@ class ModelPanel(QGroupBox):
         self.stack.addWidget(_column(_row(self.cache, self.scan_button), self.cache_note))
 
         self.recent = QComboBox()
+        self.recent.setToolTip("Models you exported before")
+        self.recent.setAccessibleName("Recent models")
         self.recent.addItem("Recent models…")
         for source in recent:
             self.recent.addItem(source.display, source)
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
-        self.summary.setStyleSheet("color: #333;")
+        self.summary.setAccessibleName("Model summary")
 
         layout = QVBoxLayout(self)
         layout.addLayout(kinds)
@@ -92,6 +107,11 @@ class ModelPanel(QGroupBox):
         layout.addWidget(self.recent)
         layout.addWidget(self.summary)
 
+        for combo in (self.presets, self.cache, self.recent):  # long entries must not widen
+            combo.setSizeAdjustPolicy(  # the left column past a small window
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(14)
         self.kind_buttons.idClicked.connect(self._kind_clicked)
         self.presets.currentTextChanged.connect(self._preset_chosen)
         self.folder.editingFinished.connect(self._folder_chosen)
@@ -139,8 +159,14 @@ class ModelPanel(QGroupBox):
         """Pick a checkpoint folder with a dialog."""
         folder = QFileDialog.getExistingDirectory(self, "Hugging Face checkpoint folder")
         if folder:
-            self.folder.setText(folder)
-            self._folder_chosen()
+            self.choose_folder(folder)
+
+    def choose_folder(self, folder: str) -> None:
+        """Use a checkpoint folder (from the dialog, a drop, or a script)."""
+        self.kind_buttons.button(1).setChecked(True)
+        self.stack.setCurrentIndex(1)
+        self.folder.setText(folder)
+        self._folder_chosen()
 
     def scan_cache(self) -> None:
         """List the cache's supported checkpoints (a disk walk, so in a worker)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -15,50 +17,67 @@ from PySide6.QtWidgets import (
 )
 
 from app.preview_data import PreviewData
-from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+from app.theme import status_color
+from app.widgets.deferred import Deferred
 from app.widgets.tables import fill_table, read_only_table
 from engine.units import format_bytes
 
-STATUS_COLORS = {
-    "ready": "#2e7d32",
-    "likely": "#00796b",
-    "blocked": "#c62828",
-    "off": "#616161",
-    "unsupported": "#616161",
-}
+if TYPE_CHECKING:
+    from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+
+
+def _sizes_chart() -> SessionSizeChart:
+    from app.widgets.charts import SessionSizeChart
+
+    return SessionSizeChart()
+
+
+def _tensors_chart() -> LargestTensorsChart:
+    from app.widgets.charts import LargestTensorsChart
+
+    return LargestTensorsChart()
 
 
 class PreviewPanel(QWidget):
     """Draws a :class:`PreviewData`; shows a placeholder while there is none."""
+
+    drawn = Signal()
+    """A preview (not a placeholder) is on screen, charts included."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.data: PreviewData | None = None
         self._stale = False
         self.title = QLabel("Planning…")
-        self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
+        font = self.title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.title.setWordWrap(True)
         self.facts = QLabel("")
-        self.facts.setStyleSheet("color: #555;")
-        self.sizes = SessionSizeChart()
-        self.tensors = LargestTensorsChart()
+        self.facts.setWordWrap(True)
+        self._sizes = Deferred(_sizes_chart)
+        self._tensors = Deferred(_tensors_chart)
         self.splits = read_only_table(
-            ["Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=5
+            ["Session", "Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=6
         )
         self.readiness = read_only_table(["Session", "Graph capture", "Why"], stretch=2)
         self.readiness.setWordWrap(True)
-        self.splits.setWordWrap(True)
         self.warnings = QListWidget()
         self.warnings.setWordWrap(True)
 
         charts = QSplitter(Qt.Orientation.Horizontal)
-        charts.addWidget(self.sizes)
-        charts.addWidget(self.tensors)
+        charts.addWidget(self._sizes)
+        charts.addWidget(self._tensors)
         charts.setSizes([380, 620])
-        split_box = _boxed(
-            "Split tables (what is split, into how many pieces, bytes each)", self.splits
+        split_box = _boxed("Split tables", self.splits)
+        split_box.setToolTip(
+            "What is split to fit the buffer limit, into how many pieces, bytes each"
         )
         right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(_boxed("Graph-capture readiness per session", self.readiness))
+        capture_box = _boxed("Graph capture", self.readiness)
+        capture_box.setToolTip("Graph-capture readiness per session, and why")
+        right.addWidget(capture_box)
         right.addWidget(_boxed("Warnings", self.warnings))
         tables = QSplitter(Qt.Orientation.Horizontal)
         tables.addWidget(split_box)
@@ -73,6 +92,14 @@ class PreviewPanel(QWidget):
         layout.addWidget(self.title)
         layout.addWidget(self.facts)
         layout.addWidget(body, 1)
+
+    @property
+    def sizes(self) -> SessionSizeChart:
+        return self._sizes.widget
+
+    @property
+    def tensors(self) -> LargestTensorsChart:
+        return self._tensors.widget
 
     def show_preview(self, data: PreviewData | None) -> None:
         """Show ``data`` (None: the plan failed; the banner says why). While the panel is
@@ -96,8 +123,9 @@ class PreviewPanel(QWidget):
             for table in (self.splits, self.readiness):
                 table.setRowCount(0)
             self.warnings.clear()
-            self.sizes.set_sessions(())
-            self.tensors.set_tensors((), None, None)
+            if self._sizes.ready:  # nothing to draw: no reason to make the charts now
+                self.sizes.set_sessions(())
+                self.tensors.set_tensors((), None, None)
             return
         self.title.setText(data.title)
         limit = format_bytes(data.buffer_limit) if data.buffer_limit else "none"
@@ -112,6 +140,7 @@ class PreviewPanel(QWidget):
             self.splits,
             [
                 (
+                    s.session,
                     s.name,
                     s.storage,
                     format_bytes(s.unsplit_bytes),
@@ -121,24 +150,25 @@ class PreviewPanel(QWidget):
                 )
                 for s in data.splits
             ],
-            ["#c62828" if s.still_over else None for s in data.splits],
+            [status_color("error", self.palette()) if s.still_over else None for s in data.splits],
             [f"{s.piece_bytes:,} B per piece" for s in data.splits],
         )
         if not data.splits:
             limit = format_bytes(data.buffer_limit) if data.buffer_limit else "no limit"
             fill_table(
-                self.splits, [("nothing is split", "", "", "", "", f"every tensor fits ({limit})")]
+                self.splits,
+                [("", "nothing is split", "", "", "", "", f"every tensor fits ({limit})")],
             )
-        self.splits.resizeRowsToContents()
         fill_table(
             self.readiness,
             [(r.session, r.text, "\n".join(r.reasons)) for r in data.readiness],
-            [STATUS_COLORS[r.status] for r in data.readiness],
+            [status_color(r.status, self.palette()) for r in data.readiness],
             ["\n".join(r.reasons) + f"\n(source: {r.source})" for r in data.readiness],
         )
         self.readiness.resizeRowsToContents()
         self.warnings.clear()
         self.warnings.addItems(list(data.warnings) or ["No warnings."])
+        self.drawn.emit()
 
 
 def _boxed(title: str, widget: QWidget) -> QGroupBox:

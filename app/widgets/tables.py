@@ -17,6 +17,9 @@ def read_only_table(headers: Sequence[str], stretch: int = -1) -> QTableWidget:
     table.verticalHeader().setVisible(False)
     table.setAlternatingRowColors(True)
     table.setWordWrap(False)
+    # Tab moves on to the next control instead of walking every cell (a read-only table
+    # would trap the keyboard); arrows still move between cells.
+    table.setTabKeyNavigation(False)
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(stretch % len(headers), QHeaderView.ResizeMode.Stretch)

@@ -1,10 +1,18 @@
-"""Target: EP, dtype, graph capture, quantization, buffer limit and the output folder."""
+"""Target: EP, dtype, graph capture, quantization, buffer limit and the output folder.
+
+Every control is built from :data:`app.wording.CONTROLS` (label with its mnemonic, tooltip,
+choices). Values that cannot work for the current EP or model are offered disabled, with
+the reason as the item's tooltip; when the state moves an option onto an allowed value,
+the note under the form says what changed and why.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -12,79 +20,131 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QSpinBox,
+    QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
+from app.choices import Constraints
 from app.state import ModelSource, StudioState
+from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
 from engine.units import format_bytes, parse_bytes
 
-BITS = (("none", None), ("4-bit", 4), ("8-bit", 8))
-BLOCKS = (16, 32, 64, 128, 256)
-INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; background: #fdecea; }"
-
-
-def default_output(source: ModelSource, ep: str) -> str:
-    """A sensible output folder for a model and EP under ~/export-studio."""
-    name = source.value if source.is_preset else Path(source.value).name
-    return str(Path.home() / "export-studio" / f"{name}-{ep}")
+INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
+CONSTRAINED = ("graph_capture", "weight_bits", "embedding_bits", "block_size", "attention")
 
 
 class TargetPanel(QGroupBox):
-    """Edits ``state.options`` and ``state.output``; a bad custom limit is refused inline."""
+    """Edits ``state.options``, ``state.output`` and ``state.overwrite``; a bad custom limit
+    is refused inline."""
 
     def __init__(self, state: StudioState, parent: Any = None) -> None:
         super().__init__("2  Target", parent)
         self._state = state
         self._syncing = False
-        self._output_auto = not state.output
-        self.ep = QComboBox()
-        for name in list_eps():
-            self.ep.addItem(get_caps(name).display_name, name)
-        self.dtype = QComboBox()
-        self.capture = _combo(("auto", "auto"), ("on", "on"), ("off", "off"))
-        self.weight_bits = _combo(*BITS)
-        self.embedding_bits = _combo(*BITS)
-        self.block_size = _combo(*((str(b), b) for b in BLOCKS))
-        self.limit_mode = _combo(("EP default", "default"), ("custom", "custom"))
-        self.limit = QLineEdit()
+        self.ep = combo("ep", [(get_caps(name).display_name, name) for name in list_eps()])
+        for i, name in enumerate(list_eps()):
+            self.ep.setItemData(i, ep_summary(get_caps(name)), Qt.ItemDataRole.ToolTipRole)
+        self.modalities = combo("modalities")
+        self.dtype = combo("dtype", [])
+        self.capture = combo("graph_capture")
+        self.weight_bits = combo("weight_bits")
+        self.embedding_bits = combo("embedding_bits")
+        self.block_size = combo("block_size")
+        self.limit_mode = combo("max_buffer_size")
+        self.limit = described(QLineEdit(), "max_buffer_size", " (custom value)")
         self.limit.setPlaceholderText("e.g. 1GiB")
         self.limit.setMaximumWidth(90)
-        self.max_length = QSpinBox()
+        self.force = checkbox("force")
+        self.keep_float = described(QLineEdit(), "keep_float")
+        self.keep_float.setPlaceholderText("none")
+        self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
         self.max_length.setSingleStep(1024)
-        self.attention = _combo(
-            ("auto", "auto"), ("GroupQueryAttention", "gqa"), ("standard ONNX", "standard")
-        )
-        self.random_weights = QCheckBox("random weights (no checkpoint needed)")
-        self.output = QLineEdit()
-        browse = QPushButton("Browse…")
-        self.overwrite = QCheckBox("replace an existing folder")
-        self.overwrite.setToolTip(
-            "the old folder is replaced only once the new package is complete"
-        )
+        self.attention = combo("attention")
+        self.embedding_block_size = combo("embedding_block_size")
+        self.symmetric = checkbox("symmetric")
+        self.quant_method = combo("quant_method")
+        self.quantize_lm_head = checkbox("quantize_lm_head")
+        self.accuracy_level = combo("accuracy_level")
+        self.seed = described(QSpinBox(), "seed")
+        self.seed.setRange(0, 2**31 - 1)
+        self.random_weights = checkbox("random_weights")
+        self.output = described(QLineEdit(), "output")
+        self.browse = described(QPushButton("Browse…"), "output", " (choose the parent folder)")
+        self.overwrite = checkbox("overwrite")
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setObjectName("adjustmentNote")
+        self.note.setAccessibleName("What was adjusted")
+        self.advanced_button = QToolButton()
+        self.advanced_button.setText("Advanced &quantization")
+        self.advanced_button.setCheckable(True)
+        self.advanced_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.advanced_button.setToolTip("Show or hide the quantizer's finer options")
+        self.advanced_button.setAccessibleName("Advanced quantization")
 
-        form = QFormLayout(self)
-        form.addRow("Execution provider", self.ep)
-        form.addRow("Activation dtype", self.dtype)
-        form.addRow("Graph capture", self.capture)
-        form.addRow("Weight bits", self.weight_bits)
-        form.addRow("Embedding bits", self.embedding_bits)
-        form.addRow("Block size", self.block_size)
-        form.addRow("Buffer limit", _row(self.limit_mode, self.limit))
-        form.addRow("Max length", self.max_length)
-        form.addRow("Attention", self.attention)
-        form.addRow("", self.random_weights)
-        form.addRow("Output folder", _row(self.output, browse))
-        form.addRow("", self.overwrite)
+        form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        for key, field in (
+            ("ep", self.ep),
+            ("modalities", self.modalities),
+            ("dtype", self.dtype),
+            ("graph_capture", self.capture),
+            ("weight_bits", self.weight_bits),
+            ("embedding_bits", self.embedding_bits),
+            ("block_size", self.block_size),
+            ("max_buffer_size", _row(self.limit_mode, self.limit)),
+            ("force", self.force),
+            ("max_length", self.max_length),
+            ("attention", self.attention),
+        ):
+            if key == "force":  # a checkbox under the limit, labelled by itself
+                form.addRow("", field)
+                continue
+            form.addRow(CONTROLS[key].label, field)
+            if key == "max_buffer_size":  # the buddy of a row of two is its first control
+                label = form.labelForField(field)
+                if isinstance(label, QLabel):
+                    label.setBuddy(self.limit_mode)
+        self.advanced = QWidget()
+        advanced = QFormLayout(self.advanced)
+        advanced.setContentsMargins(12, 0, 0, 0)
+        for key, field in (
+            ("embedding_block_size", self.embedding_block_size),
+            ("quant_method", self.quant_method),
+            ("accuracy_level", self.accuracy_level),
+            ("seed", self.seed),
+            ("keep_float", self.keep_float),
+        ):
+            advanced.addRow(CONTROLS[key].label, field)
+        advanced.addRow(self.symmetric)
+        advanced.addRow(self.quantize_lm_head)
+        self.advanced.setVisible(False)
+        output_label = QLabel(CONTROLS["output"].label)  # above its field: paths are long
+        output_label.setBuddy(self.output)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.advanced_button)
+        layout.addWidget(self.advanced)
+        layout.addWidget(self.random_weights)
+        layout.addWidget(output_label)
+        layout.addWidget(_row(self.output, self.browse))
+        layout.addWidget(self.overwrite)
+        layout.addWidget(self.note)
 
-        for combo in (
+        for widget in (
             self.ep,
+            self.modalities,
             self.dtype,
             self.capture,
             self.weight_bits,
@@ -92,20 +152,30 @@ class TargetPanel(QGroupBox):
             self.block_size,
             self.limit_mode,
             self.attention,
+            self.embedding_block_size,
+            self.quant_method,
+            self.accuracy_level,
         ):
-            combo.currentIndexChanged.connect(self._apply)
+            widget.currentIndexChanged.connect(self._apply)
+        for box in (self.symmetric, self.quantize_lm_head, self.random_weights, self.force):
+            box.toggled.connect(self._apply)
         self.limit.editingFinished.connect(self._apply)
+        self.keep_float.editingFinished.connect(self._apply)
         self.max_length.valueChanged.connect(self._apply)
-        self.random_weights.toggled.connect(self._apply)
-        self.output.textEdited.connect(self._output_edited)
-        self.overwrite.toggled.connect(self._overwrite_toggled)
-        browse.clicked.connect(self._browse)
+        self.seed.valueChanged.connect(self._apply)
+        self.output.textEdited.connect(lambda text: state.set_output(text.strip()))
+        self.overwrite.toggled.connect(state.set_overwrite)
+        self.browse.clicked.connect(self._browse)
+        self.advanced_button.toggled.connect(self._show_advanced)
         state.optionsChanged.connect(self._sync)
+        state.constraintsChanged.connect(self._show_constraints)
         state.sourceChanged.connect(self._source_changed)
         state.outputChanged.connect(self._sync_output)
-        self._sync(state.options)
+        state.overwriteChanged.connect(self._sync_output)
+        state.adjusted.connect(self._show_note)
         self._source_changed(state.source)
-        self._sync_output(state.output)
+        self._sync_output()
+        self._show_note(state.adjustment)
 
     # state -> widgets
     def _sync(self, options: ExportOptions) -> None:
@@ -116,39 +186,87 @@ class TargetPanel(QGroupBox):
         self.dtype.addItem(f"EP default ({caps.default_dtype})", None)
         for dtype in caps.float_dtypes:
             self.dtype.addItem(dtype, dtype)
-        _select(self.dtype, options.dtype)
-        _select(self.capture, options.graph_capture)
-        _select(self.weight_bits, options.weight_bits)
-        _select(self.embedding_bits, options.embedding_bits)
-        _select(self.block_size, options.block_size)
-        _select(self.attention, options.attention)
+        for widget, value in (
+            (self.dtype, options.dtype),
+            (self.capture, options.graph_capture),
+            (self.weight_bits, options.weight_bits),
+            (self.embedding_bits, options.embedding_bits),
+            (self.block_size, options.block_size),
+            (self.attention, options.attention),
+            (self.embedding_block_size, options.embedding_block_size),
+            (self.quant_method, options.quant_method),
+            (self.accuracy_level, options.accuracy_level),
+            (self.modalities, options.modalities),
+        ):
+            _select(widget, value)
+        quantized = options.weight_bits is not None or options.embedding_bits is not None
+        for control in (self.block_size, self.symmetric, self.quant_method, self.accuracy_level):
+            control.setEnabled(quantized)
+        self.embedding_block_size.setEnabled(options.embedding_bits is not None)
+        self.quantize_lm_head.setEnabled(options.weight_bits is not None)
+        self.symmetric.setChecked(options.symmetric)
+        self.quantize_lm_head.setChecked(options.quantize_lm_head)
+        self.seed.setValue(options.seed)
         default = format_bytes(caps.max_buffer_size) if caps.max_buffer_size else "no limit"
         self.limit_mode.setItemText(0, f"EP default ({default})")
         custom = options.max_buffer_size is not None
         self.limit_mode.setCurrentIndex(1 if custom else 0)
         self.limit.setEnabled(custom)
+        self.force.setEnabled(custom)  # only a limit the user chose refuses an export
+        self.force.setChecked(options.force)
+        self.keep_float.setText(", ".join(options.keep_float))
+        self.keep_float.setEnabled(quantized)
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
         self.limit.setStyleSheet("")
         self.max_length.setValue(options.max_length or 0)
         self.random_weights.setChecked(options.random_weights or self._state.source.is_preset)
+        self._show_constraints(self._state.constraints)
         self._syncing = False
-        if self._output_auto:
-            self._state.set_output(default_output(self._state.source, caps.name))
+
+    def _show_constraints(self, constraints: Constraints) -> None:
+        """Disable the choices that cannot work, with the reason as their tooltip."""
+        for key, widget in (
+            ("graph_capture", self.capture),
+            ("weight_bits", self.weight_bits),
+            ("embedding_bits", self.embedding_bits),
+            ("block_size", self.block_size),
+            ("embedding_block_size", self.embedding_block_size),
+            ("attention", self.attention),
+            ("modalities", self.modalities),
+        ):
+            model = widget.model()
+            assert isinstance(model, QStandardItemModel)
+            for i in range(widget.count()):
+                reason = constraints.reason(key, widget.itemData(i))
+                item = model.item(i)
+                item.setEnabled(reason is None)
+                item.setToolTip(f"Not available: {reason}" if reason else "")
 
     def _source_changed(self, source: ModelSource) -> None:
         self.random_weights.setEnabled(not source.is_preset)
         self.random_weights.setToolTip(
-            "presets carry no weights: their packages always use random ones"
+            "Presets carry no weights: their packages always use random ones."
             if source.is_preset
-            else ""
+            else CONTROLS["random_weights"].help
         )
         self._sync(self._state.options)
 
-    def _sync_output(self, output: str) -> None:
-        if self.output.text() != output:
-            self.output.setText(output)
-        self.overwrite.setChecked(self._state.overwrite)
+    def _sync_output(self, *_: Any) -> None:
+        if self.output.text() != self._state.output:
+            self.output.setText(self._state.output)
+        if self.overwrite.isChecked() != self._state.overwrite:
+            self.overwrite.setChecked(self._state.overwrite)
+
+    def _show_note(self, text: str) -> None:
+        self.note.setText(f"ⓘ {text}" if text else "")
+        self.note.setVisible(bool(text))
+
+    def _show_advanced(self, shown: bool) -> None:
+        self.advanced.setVisible(shown)
+        self.advanced_button.setArrowType(
+            Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow
+        )
 
     # widgets -> state
     def _apply(self, *_: Any) -> None:
@@ -159,18 +277,26 @@ class TargetPanel(QGroupBox):
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
-        dtype = None if ep_changed else self.dtype.currentData()
         self._state.update_options(
             ep=ep,
-            dtype=dtype,
+            dtype=None if ep_changed else self.dtype.currentData(),
             graph_capture=self.capture.currentData(),
             weight_bits=self.weight_bits.currentData(),
             embedding_bits=self.embedding_bits.currentData(),
             block_size=self.block_size.currentData(),
+            embedding_block_size=self.embedding_block_size.currentData(),
+            symmetric=self.symmetric.isChecked(),
+            quant_method=self.quant_method.currentData(),
+            quantize_lm_head=self.quantize_lm_head.isChecked(),
+            accuracy_level=self.accuracy_level.currentData(),
             max_buffer_size=limit,
             max_length=self.max_length.value() or None,
             attention=self.attention.currentData(),
             random_weights=self.random_weights.isChecked() and not self._state.source.is_preset,
+            seed=self.seed.value(),
+            modalities=self.modalities.currentData(),
+            force=self.force.isChecked() and limit is not None,
+            keep_float=tuple(p.strip() for p in self.keep_float.text().split(",") if p.strip()),
         )
 
     def _custom_limit(self) -> int | bool | None:
@@ -194,33 +320,45 @@ class TargetPanel(QGroupBox):
             self.limit.setToolTip(f"Not applied: {exc}")
             return False
         self.limit.setStyleSheet("")
-        self.limit.setToolTip(f"{value:,} bytes")
+        self.limit.setToolTip(f"{CONTROLS['max_buffer_size'].help}\n\nNow: {value:,} bytes")
         return value
-
-    def _output_edited(self, text: str) -> None:
-        self._output_auto = not text.strip()
-        self._state.set_output(text.strip())
-
-    def _overwrite_toggled(self, checked: bool) -> None:
-        self._state.overwrite = checked
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Parent folder of the package")
         if folder:
             name = Path(self._state.output).name or "package"
-            self._output_auto = False
             self._state.set_output(str(Path(folder) / name))
 
 
-def _combo(*items: tuple[str, Any]) -> QComboBox:
-    combo = QComboBox()
-    for label, data in items:
-        combo.addItem(label, data)
-    return combo
+def described(widget: Any, key: str, suffix: str = "") -> Any:
+    """``widget`` with the tooltip and accessible name of option ``key``."""
+    control = CONTROLS[key]
+    widget.setToolTip(control.help)
+    widget.setAccessibleName(control.name + suffix)
+    widget.setAccessibleDescription(control.help)
+    return widget
+
+
+def combo(key: str, items: list[tuple[str, Any]] | None = None) -> QComboBox:
+    """A combo box of option ``key``'s choices (or ``items``), described."""
+    widget = described(QComboBox(), key)
+    for label, data in CONTROLS[key].choices if items is None else items:
+        widget.addItem(label, data)
+    return widget
+
+
+def checkbox(key: str) -> QCheckBox:
+    return described(QCheckBox(CONTROLS[key].label), key)
+
+
+def find_data(combo: QComboBox, data: Any) -> int:
+    """The index of the item whose data equals ``data``, or -1. Unlike ``findData``, it
+    compares Python values: a tuple (the inputs' choices) is found by value, not identity."""
+    return next((i for i in range(combo.count()) if combo.itemData(i) == data), -1)
 
 
 def _select(combo: QComboBox, data: Any) -> None:
-    index = combo.findData(data)
+    index = find_data(combo, data)
     combo.setCurrentIndex(index if index >= 0 else 0)
 
 
@@ -229,5 +367,5 @@ def _row(*widgets: QWidget) -> QWidget:
     layout = QHBoxLayout(box)
     layout.setContentsMargins(0, 0, 0, 0)
     for w in widgets:
-        layout.addWidget(w, 1 if isinstance(w, QLineEdit) else 0)
+        layout.addWidget(w, 1 if isinstance(w, (QLineEdit, QComboBox)) else 0)
     return box

@@ -151,6 +151,12 @@ class BenchSession:
         if placement is not None and placement.fallback_ops:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(placement.fallback_ops.items()))
             notes.append(f"nodes that ran on the CPU instead: {ops}")
+        if config.media is not None:
+            notes.append(
+                f"prompt with {config.media.describe()}, {runs[0].prompt_length} tokens after "
+                "genai's processor; the first token's time includes reading the files and "
+                "the encoder sessions"
+            )
         decode = [r.decode_tokens_per_second for r in runs]
         share = "shared" if self.package.share_buffer else "growing"
         return BenchResult(
@@ -160,8 +166,7 @@ class BenchSession:
             provider=str(getattr(runner, "provider", "")),
             graph_capture=self.graph_capture,
             kv_mode=str(getattr(runner, "kv_mode", share)),
-            # A media prompt's length is what genai's processor made of it.
-            prompt_length=runs[0].prompt_length,
+            prompt_length=runs[0].prompt_length,  # a prompt with media: the processed one
             new_tokens=config.new_tokens,
             repeats=len(runs),
             warmup=config.warmup,
@@ -177,6 +182,7 @@ class BenchSession:
             tokens=runs[0].tokens,
             placement=placement.to_json() if placement is not None else None,
             notes=tuple(notes),
+            media=config.media.kinds if config.media is not None else (),
         )
 
     def close(self) -> None:

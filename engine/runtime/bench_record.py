@@ -82,6 +82,10 @@ class BenchResult:
     """Greedy tokens of the first timed run."""
     placement: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default=())
+    media: tuple[str, ...] = ()
+    """What the prompt carried besides text, one entry per file (``image``, ``audio``);
+    ``prompt_length`` is then the processed prompt's, and the time to first token
+    includes reading the files and the vision / speech sessions."""
 
     @property
     def decode_spread(self) -> float:
@@ -96,6 +100,7 @@ class BenchResult:
         data["decode_tokens_per_second_runs"] = list(self.decode_tokens_per_second_runs)
         data["tokens"] = list(self.tokens)
         data["notes"] = list(self.notes)
+        data["media"] = list(self.media)
         data["decode_spread"] = self.decode_spread
         return data
 

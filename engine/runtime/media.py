@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.caps import get_caps
 from engine.errors import OptionsError
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ class MediaPrompt:
 
         return tensor.as_numpy() if hasattr(tensor, "as_numpy") else np.asarray(tensor)
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """One entry per file: ``image`` or ``audio``."""
+        return ("image",) * len(self.images) + ("audio",) * len(self.audios)
+
     def describe(self) -> str:
         parts = [f"{len(self.images)} image(s)"] if self.images else []
         parts += [f"{len(self.audios)} audio clip(s)"] if self.audios else []
@@ -91,6 +97,13 @@ class MediaPrompt:
             )
         if len(self.audios) > 1:
             raise OptionsError("onnxruntime-genai takes one audio clip per prompt")
+        caps = get_caps(package.ep)
+        if caps.genai_max_images is not None and len(self.images) > caps.genai_max_images:
+            raise OptionsError(
+                f"onnxruntime-genai 0.18 crashes on a {caps.display_name} package given more "
+                f"than {caps.genai_max_images} image(s) in one prompt; give one image per "
+                "prompt, or run the CPU package"
+            )
 
     def _check_files(self) -> None:
         for kind, paths, magic in (

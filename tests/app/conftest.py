@@ -15,6 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, QThreadPool
 from PySide6.QtWidgets import QWidget
 
+from app import dialogs
 from app.qt_compat import binding_problem
 from app.settings import AppSettings
 from app.windows.main_window import MainWindow
@@ -34,6 +35,17 @@ def _working_binding() -> None:
         pytest.fail(BINDING_PROBLEM, pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_unanswered_dialogs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A modal question nobody answers would hang the run: a test that expects one
+    answers it (``monkeypatch.setattr(dialogs, "ask", ...)``); any other fails at once."""
+
+    def unexpected(parent: object, title: str, text: str, buttons: object) -> str:
+        raise AssertionError(f"unexpected dialog: {title}: {text}")
+
+    monkeypatch.setattr(dialogs, "ask", unexpected)
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> AppSettings:
     return make_settings(tmp_path / "settings")
@@ -42,8 +54,7 @@ def settings(tmp_path: Path) -> AppSettings:
 @pytest.fixture
 def window(qtbot, settings: AppSettings) -> Iterator[MainWindow]:
     """The main window, shown, with its first preview computed."""
-    win = MainWindow(settings)
-    qtbot.addWidget(win)
+    win = MainWindow(settings)  # closed below (not by qtbot: unsaved edits go first)
     win.resize(1440, 900)
     win.show()
     qtbot.waitUntil(
@@ -51,7 +62,10 @@ def window(qtbot, settings: AppSettings) -> Iterator[MainWindow]:
         timeout=20_000,
     )
     yield win
+    if win.config_editor.doc is not None:  # a test's unsaved edits: drop them unasked
+        win.config_editor.doc = None
     win.close()
+    win.deleteLater()
     QThreadPool.globalInstance().waitForDone(30_000)
 
 

@@ -1,98 +1,224 @@
-"""The Benchmark tab: runs the engine's bench in a worker, charts it, keeps a history."""
+"""The Benchmark tab: only what the package's EP supports, every metric charted, partial
+results kept, a cancel reported as a cancel, a history of the engine's own records."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pyqtgraph as pg
+import pytest
 from PySide6.QtCore import Qt
 
-from app import runtime_adapter
+from app.bench_controller import BenchController
 from app.history import HISTORY_FILE, BenchHistory
+from app.package_jobs import BenchRequest, bench_job
 from app.state import StudioState
 from app.widgets.bench_panel import BenchPanel
 from app.windows.main_window import MainWindow
+from engine.errors import CancelledError, EngineError
+from engine.options import ExportOptions
+from engine.pipeline import export
 from engine.progress import CancelToken
 
 
-def fake_bench(
-    package,
-    *,
-    runtime="ort",
-    prompt_length=128,
-    new_tokens=64,
-    graph_capture=False,
-    progress=None,
-    cancel: CancelToken | None = None,
-):
-    """Stands in for engine.runtime.bench.bench (same keywords, a to_json()-able result)."""
-    for step in range(5):
-        progress(step / 5, f"run {step}")
-        cancel.raise_if_cancelled()
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bench-packages")
     return {
-        "provider": "CPUExecutionProvider",
-        "prompt_length": prompt_length,
-        "prefill_tokens_per_second": 900.0 + 100 * graph_capture,
-        "decode_tokens_per_second": 70.0 if graph_capture else 50.0,
+        ep: export(
+            root / ep, preset="gemma4-tiny", options=ExportOptions(ep=ep, random_weights=True)
+        ).output
+        for ep in ("cpu", "webgpu")
     }
 
 
-def test_bench_runs_capture_off_and_on_and_keeps_history(
-    qtbot, window: MainWindow, monkeypatch, tmp_path, screens
-):
-    monkeypatch.setattr(runtime_adapter, "_entry", lambda feature: fake_bench)
+def _open(qtbot, window: MainWindow, package: Path) -> BenchPanel:
     panel = window.bench_panel
     window.tabs.setCurrentWidget(panel)
-    panel.package.setText(str(tmp_path))
-    with qtbot.waitSignal(panel.finished, timeout=30_000) as done:
-        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-    off, on = done.args[0]
-    assert (off.capture, on.capture) == (False, True)
-    assert (off.decode_tps, on.decode_tps) == (50.0, 70.0)
-    assert (off.prefill_tps, on.prefill_tps) == (900.0, 1000.0)
-    assert panel.table.rowCount() == 2
-    assert panel.table.item(0, 7).text() == "70.0"
+    with qtbot.waitSignal(window.bencher.factsChanged, timeout=30_000) as changed:
+        panel.set_package(str(package))
+    while changed.args[0] is None:  # the first emission clears the previous facts
+        with qtbot.waitSignal(window.bencher.factsChanged, timeout=30_000) as changed:
+            pass
+    panel.prompt_len.setValue(8)
+    panel.new_tokens.setValue(4)
+    return panel
 
-    with qtbot.waitSignal(panel.finished, timeout=30_000):
+
+def _enabled(combo, data) -> bool:
+    return combo.model().item(combo.findData(data)).isEnabled()
+
+
+def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
+    qtbot, window: MainWindow, packages, screens
+):
+    panel = _open(qtbot, window, packages["cpu"])
+    assert not _enabled(panel.capture, "on") and not _enabled(panel.capture, "both")
+    item = panel.capture.model().item(panel.capture.findData("both"))
+    assert "CPU has no graph capture" in item.toolTip()
+    assert panel.capture.currentData() == "off"
+    with qtbot.waitSignal(panel.finished, timeout=120_000) as done:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    outcome = done.args[0]
+    (result,) = outcome.results
+    assert not result.graph_capture and result.decode_tokens_per_second > 0
+    assert result.time_to_first_token_seconds > 0 and result.peak_rss_bytes > 0
+    assert panel.table.rowCount() == 1
+    assert panel.table.item(0, 10).text() == f"{result.decode_tokens_per_second:,.1f}"
+    chart = panel.latest_chart
+    for key, plot in chart.plots.items():  # decode, prefill, TTFT, load, peak RSS
+        bars = [i for i in plot.items if isinstance(i, pg.BarGraphItem)]
+        assert len(bars) == 1, key
+    assert any(isinstance(i, pg.ErrorBarItem) for i in chart.plots["decode"].items)
+    assert "spread" in chart.legend.text() and "over 3 runs" in chart.legend.text()
+    panel.history_metric.setCurrentIndex(panel.history_metric.findData("rss"))
+    assert "peak rss" in panel.history_chart.title.text().lower()
     saved = json.loads((window.settings.data_dir() / HISTORY_FILE).read_text())
-    assert [r["capture"] for r in saved] == [False, True, False, True]
+    assert saved[0]["result"]["decode_tokens_per_second"] == result.decode_tokens_per_second
     screens(window, "07-benchmark")
 
-    reopened = BenchPanel(StudioState(), BenchHistory(window.settings.data_dir()))
-    qtbot.addWidget(reopened)
-    assert reopened.table.rowCount() == 4
+    reopened = BenchController(StudioState(), BenchHistory(window.settings.data_dir()))
+    assert [r.result for r in reopened.history.runs] == [result]  # the engine's record, whole
 
 
-def test_missing_engine_bench_is_reported_not_crashed(
-    qtbot, window: MainWindow, monkeypatch, tmp_path
+def test_the_capture_off_results_are_kept_when_the_capture_run_fails(packages):
+    request = BenchRequest(packages["cpu"], prompt_len=8, new_tokens=4, repeats=1, capture="both")
+    outcome = bench_job(request, lambda f, m: None, CancelToken())
+    assert [r.graph_capture for r in outcome.results] == [False]
+    assert outcome.problem is not None and "capture run failed" in outcome.problem
+    assert "“Graph capture: off”" in outcome.problem  # the engine's advice in the app's words
+    assert not outcome.cancelled
+
+
+def test_a_partial_outcome_reaches_the_history_and_no_error_banner(
+    qtbot, window: MainWindow, packages
 ):
-    def missing(name):
-        raise ImportError("No module named 'engine.runtime.bench'")
-
-    monkeypatch.setattr(runtime_adapter, "_module", missing)
-    assert not runtime_adapter.availability("bench").available
-    panel = window.bench_panel
-    panel.package.setText(str(tmp_path))
-    worker = panel.run()
-    qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
-    assert worker is not None
-    assert "bench is not available in this build" in window.banner.text
-    assert "not available" in panel.note.text()
-    assert panel.history.records == []
+    panel = _open(qtbot, window, packages["cpu"])
+    request = BenchRequest(packages["cpu"], prompt_len=8, new_tokens=4, repeats=1, capture="both")
+    with qtbot.waitSignal(panel.finished, timeout=120_000):
+        window.bencher.run(request)
+    assert panel.table.rowCount() == 1
+    assert "capture-off results are kept" in panel.note.text()
+    assert not window.banner.isVisible()
 
 
-def test_the_real_engine_bench_runs_on_an_exported_package(tmp_path):
-    """No fake: the adapter drives engine.runtime.bench on a tiny package."""
-    from engine.options import ExportOptions
-    from engine.pipeline import export
+def test_a_cancel_is_reported_as_a_cancel_not_a_failure(qtbot, window: MainWindow, packages):
+    panel = _open(qtbot, window, packages["cpu"])
+    panel.repeats.setValue(20)
+    panel.new_tokens.setValue(200)
+    window.bencher.progress.connect(
+        lambda fraction, message: "run" in message and window.bencher.cancel()
+    )
+    with qtbot.waitSignal(window.bencher.cancelled, timeout=120_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.bencher.worker is None, timeout=30_000)
+    assert "Cancelled" in panel.note.text()
+    assert not window.banner.isVisible()
+    assert panel.table.rowCount() == 0
+    assert panel.run_button.isEnabled()
 
-    if not runtime_adapter.availability("bench").available:
-        raise AssertionError(runtime_adapter.availability("bench").message)
-    package = export(
-        tmp_path / "pkg", preset="gemma4-tiny", options=ExportOptions(random_weights=True)
-    ).output
-    settings = runtime_adapter.BenchSettings(prompt_len=8, new_tokens=4)
-    record = runtime_adapter.run_bench(package, settings, lambda f, m: None, CancelToken())
-    assert record.decode_tps and record.decode_tps > 0
-    assert record.prefill_tps and record.prefill_tps > 0
-    assert record.raw["prompt_length"] == 8
+
+def test_eps_this_onnxruntime_lacks_are_disabled_and_the_advice_names_the_selector(
+    qtbot, window: MainWindow, packages
+):
+    panel = _open(qtbot, window, packages["webgpu"])
+    assert not _enabled(panel.ep, "webgpu")
+    reason = panel.ep.model().item(panel.ep.findData("webgpu")).toolTip()
+    assert "WebGpuExecutionProvider" in reason and "onnxruntime-webgpu" in reason
+    assert not _enabled(panel.ep, None)  # "the package's EP" is WebGPU here
+    assert panel.ep.currentData() == "cpu"  # moved onto one that runs
+    assert "WebGPU" in panel.ep.itemText(0)
+    request = BenchRequest(packages["webgpu"], prompt_len=8, new_tokens=4, repeats=1)
+    with qtbot.waitSignal(window.bencher.failed, timeout=60_000):
+        window.bencher.run(request)  # forced onto the package's EP
+    assert "Benchmark failed" in window.banner.text
+    assert "“Execution provider”" in window.banner.text and "--ep" not in window.banner.text
+
+
+def test_the_bench_job_is_a_plain_function(packages):
+    seen: list[tuple[float, str]] = []
+    request = BenchRequest(packages["cpu"], prompt_len=4, new_tokens=2, repeats=1)
+    outcome = bench_job(request, lambda f, m: seen.append((f, m)), CancelToken())
+    assert len(outcome.results) == 1 and seen[-1][0] == 1.0
+    cancel = CancelToken()
+    cancel.cancel()
+    with pytest.raises(CancelledError):
+        bench_job(request, lambda f, m: None, cancel)
+
+
+@pytest.fixture(scope="module")
+def mm_packages(tmp_path_factory) -> dict[str, Path]:
+    """A tiny multimodal checkpoint exported whole and without its audio tower, and an image
+    and a clip to send (no downloads)."""
+    from tests._support.media import write_png, write_wav
+    from tests._support.tiny_gemma_mm import make_mm_checkpoint
+
+    root = tmp_path_factory.mktemp("mm-bench")
+    make_mm_checkpoint(root / "ckpt")
+    return {
+        "all": export(root / "all", model_dir=root / "ckpt").output,
+        "vision": export(
+            root / "vision",
+            model_dir=root / "ckpt",
+            options=ExportOptions(modalities=("text", "vision")),
+        ).output,
+        "image": write_png(root / "picture.png", 120, 64),
+        "audio": write_wav(root / "clip.wav", 1.2),
+    }
+
+
+def test_an_image_and_audio_prompt_runs_through_genai_with_the_encoders(
+    qtbot, window: MainWindow, mm_packages, screens
+):
+    panel = _open(qtbot, window, mm_packages["all"])
+    media = panel.media
+    assert media.paths["image"].isEnabled() and media.paths["audio"].isEnabled()
+    assert not _enabled(panel.runtime, "ort")  # our loop runs text packages only
+    assert "multimodal" in panel.runtime.model().item(panel.runtime.findData("ort")).toolTip()
+    assert panel.runtime.currentData() == "genai"
+    media.paths["image"].setText(str(mm_packages["image"]))
+    media.paths["audio"].setText(str(mm_packages["audio"]))
+    media.prompt.setText("look and listen")
+    assert not panel.prompt_len.isEnabled()  # the processor makes the prompt
+    panel.repeats.setValue(2)
+    with qtbot.waitSignal(panel.finished, timeout=180_000) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    outcome = done.args[0]
+    assert outcome.request.images == (mm_packages["image"],)
+    (result,) = outcome.results
+    assert result.runtime == "genai" and result.media == ("image", "audio")
+    assert result.prompt_length > 8  # the image's and the clip's tokens are in it
+    assert result.time_to_first_token_seconds > 0 and result.decode_tokens_per_second > 0
+    assert "Prompt with 1 image and 1 audio clip" in panel.note.text()
+    assert panel.table.item(0, 5).text() == f"{result.prompt_length} + 1 image and 1 audio clip"
+    assert not window.banner.isVisible()
+    screens(window, "11-benchmark-image-audio")
+    reopened = BenchHistory(window.settings.data_dir())
+    assert reopened.runs[-1].result == result  # media and all, read back
+
+
+def test_media_pickers_say_why_a_package_cannot_take_them(qtbot, window: MainWindow, mm_packages):
+    panel = _open(qtbot, window, mm_packages["vision"])
+    media = panel.media
+    assert media.paths["image"].isEnabled()
+    assert not media.paths["audio"].isEnabled() and not media.browse["audio"].isEnabled()
+    assert "no speech session" in media.paths["audio"].toolTip()
+    assert "“Inputs”" in media.paths["audio"].toolTip()  # where to choose the tower
+
+
+def test_a_text_package_takes_no_media(qtbot, window: MainWindow, packages):
+    panel = _open(qtbot, window, packages["cpu"])
+    for kind in ("image", "audio"):
+        assert not panel.media.paths[kind].isEnabled()
+    assert "no vision session" in panel.media.paths["image"].toolTip()
+    assert not panel.media.prompt.isEnabled()
+    assert panel.prompt_len.isEnabled() and _enabled(panel.runtime, "ort")
+
+
+def test_media_the_package_cannot_take_fail_before_any_run(mm_packages):
+    request = BenchRequest(
+        mm_packages["vision"], "genai", audios=(mm_packages["audio"],), new_tokens=2, repeats=1
+    )
+    with pytest.raises(EngineError, match="cannot take audio input"):
+        bench_job(request, lambda f, m: None, CancelToken())

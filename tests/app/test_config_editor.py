@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLineEdit
 
+from app import dialogs
 from app.widgets.config_editor import PATH_ROLE, ConfigEditor
 from app.windows.main_window import MainWindow
 
@@ -132,3 +133,67 @@ def test_opening_a_broken_file_reports_in_the_banner(qtbot, window: MainWindow, 
     assert not window.config_editor.open(str(bad))
     assert "not valid JSON" in window.banner.text
     assert window.config_editor.doc is None
+
+
+class Answers:
+    """Stands in for the app's dialogs: records each question, gives a set answer."""
+
+    def __init__(self, monkeypatch, answer: str) -> None:
+        self.asked: list[tuple[str, str]] = []
+        self.answer = answer
+        monkeypatch.setattr(dialogs, "ask", self)
+
+    def __call__(self, parent, title, text, buttons) -> str:
+        self.asked.append((title, text))
+        assert self.answer in buttons, (self.answer, buttons)
+        return self.answer
+
+
+def test_reload_and_quit_ask_before_dropping_edits(
+    qtbot, window: MainWindow, tmp_path, monkeypatch
+):
+    path = write_foreign(tmp_path)
+    editor = window.config_editor
+    window.tabs.setCurrentWidget(editor)
+    assert editor.open(str(path))
+    type_into(qtbot, editor, ("search", "max_length"), "2048")
+    answers = Answers(monkeypatch, "Cancel")
+    qtbot.mouseClick(editor.reload_button, Qt.MouseButton.LeftButton)
+    assert answers.asked and answers.asked[0][0] == "Unsaved changes"
+    assert editor.doc.get(("search", "max_length")) == 2048  # kept
+    assert not window.close()  # Ctrl+Q (Quit) asks too; Cancel keeps the window open
+    assert window.isVisible() and len(answers.asked) == 2
+
+    answers.answer = "Discard changes"
+    qtbot.mouseClick(editor.reload_button, Qt.MouseButton.LeftButton)
+    assert editor.doc.get(("search", "max_length")) == 4096 and not editor.doc.modified
+    assert json.loads(path.read_text())["search"]["max_length"] == 4096
+
+    type_into(qtbot, editor, ("search", "max_length"), "1024")
+    answers.answer = "Save"
+    window.menu_actions["quit"].trigger()
+    assert json.loads(path.read_text())["search"]["max_length"] == 1024  # saved, then closed
+    assert not window.isVisible()
+
+
+def test_saving_values_the_lint_flags_asks_first(qtbot, window: MainWindow, tmp_path, monkeypatch):
+    data = json.loads(json.dumps(FOREIGN))
+    data["search"]["temperature"] = -1  # hand-edited: the rules refuse it in the editor
+    path = tmp_path / "genai_config.json"
+    path.write_text(json.dumps(data, indent=2))
+    editor = window.config_editor
+    window.tabs.setCurrentWidget(editor)
+    assert editor.open(str(path))
+    assert any("temperature" in editor.lint.item(i).text() for i in range(editor.lint.count()))
+    type_into(qtbot, editor, ("search", "max_length"), "8192")  # above context_length 4096
+    assert "max-length-over-context" in editor.lint_codes()
+    before = path.read_bytes()
+    answers = Answers(monkeypatch, "Cancel")
+    assert not editor.save()
+    assert path.read_bytes() == before
+    title, text = answers.asked[0]
+    assert "flagged" in title and "temperature" in text and "context_length" in text
+    assert "Not saved" in editor.message.text()
+    answers.answer = "Save anyway"
+    assert editor.save()
+    assert json.loads(path.read_text())["search"]["max_length"] == 8192

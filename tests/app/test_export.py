@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -11,44 +12,23 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 
 from app.jobs import ExportRequest, run_export, run_in_process
 from app.state import ModelSource
 from app.windows.main_window import MainWindow
 from engine.errors import CancelledError, EngineError
 from engine.options import ExportOptions
-from engine.presets import preset_config
 from engine.progress import CancelToken
 from tests.app.conftest import wait_for_preview
+from tests.app.heartbeat import Heartbeat, small_checkpoint_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _click(qtbot, button) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
-class Heartbeat:
-    """A 10 ms UI-thread timer that records the longest gap between its ticks."""
-
-    def __init__(self) -> None:
-        self.clock = QElapsedTimer()
-        self.timer = QTimer()
-        self.timer.setInterval(10)
-        self.timer.timeout.connect(self._tick)
-        self.gaps: list[int] = []
-
-    def start(self) -> None:
-        self.clock.start()
-        self.timer.start()
-
-    def _tick(self) -> None:
-        self.gaps.append(self.clock.restart())
-
-    def stop(self) -> int:
-        self.timer.stop()
-        return max(self.gaps, default=0)
 
 
 def _export(qtbot, window: MainWindow, output: Path, heartbeat: Heartbeat | None = None) -> object:
@@ -60,24 +40,6 @@ def _export(qtbot, window: MainWindow, output: Path, heartbeat: Heartbeat | None
     with qtbot.waitSignal(window.exporter.finished, timeout=180_000):
         _click(qtbot, window.export_panel.export_button)
     return window.exporter.result
-
-
-def small_checkpoint_config(folder: Path) -> Path:
-    """A Gemma 4 config of ~90 M parameters (about 180 MB in fp16): long enough to export
-    that a blocked UI thread would show."""
-    config = preset_config("gemma4-tiny")
-    config.update(
-        vocab_size=32768,
-        vocab_size_per_layer_input=32768,
-        hidden_size=512,
-        intermediate_size=2048,
-        num_hidden_layers=12,
-        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2,
-        hidden_size_per_layer_input=64,
-    )
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 def test_export_of_the_tiny_preset_loads_in_onnxruntime(
@@ -102,7 +64,8 @@ def test_export_of_the_tiny_preset_loads_in_onnxruntime(
 
     with qtbot.waitSignal(panel.verified, timeout=60_000) as verified:
         _click(qtbot, panel.verify_button)
-    assert "loads in onnxruntime" in verified.args[0]["load_check"]
+    assert "loads in onnxruntime" in verified.args[0].load_check.summary
+    assert verified.args[0].result is None and "preset" in verified.args[0].skipped
     assert "loads in onnxruntime" in panel.verify_result.text()
     screens(window, "04-export-done")
 
@@ -136,6 +99,7 @@ def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, s
     qtbot.waitUntil(reached.is_set, timeout=60_000)
     assert staged[0] and staged[0][0].startswith(".tiny.partial-")  # mid-export, really
     assert window.export_panel.cancel_button.isEnabled()
+    assert window.menu_actions["cancel"].isEnabled()  # Esc cancels while it runs
     with qtbot.waitSignal(window.exporter.cancelled, timeout=60_000):
         _click(qtbot, window.export_panel.cancel_button)
         proceed.set()
@@ -152,41 +116,150 @@ def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, s
 def test_ui_thread_is_never_blocked_for_100_ms_during_an_export(
     qtbot, window: MainWindow, tmp_path, isolation: str
 ):
+    """Held up by the app's own work (UI thread CPU, or one other thread's CPU while it may
+    hold the GIL; :class:`Heartbeat`), so a busy machine does not fail it: it passes with
+    two CPU hogs on a 2-core machine, the wall gaps reaching 200-600 ms."""
     window.exporter.isolation = isolation
     model = small_checkpoint_config(tmp_path / "small")
     window.state.set_source(ModelSource("folder", str(model)))
     window.target_panel.random_weights.setChecked(True)
     window.target_panel.dtype.setCurrentIndex(window.target_panel.dtype.findData("fp16"))
     assert window.state.export_options().random_weights
+    # The new model's preview (plan, audit, charts) is the preview's cost, not the export's
+    # (benchmarks/app_preview.py): let it settle first.
+    wait_for_preview(qtbot, window, lambda p: p.plan.options.dtype == "fp16")
     heartbeat = Heartbeat()
     result = _export(qtbot, window, tmp_path / "small-pkg", heartbeat)
     worst = heartbeat.stop()
-    print(f"heartbeat: {len(heartbeat.gaps)} ticks, worst gap {worst} ms")
+    gap = heartbeat.worst()
+    print(
+        f"heartbeat: {len(heartbeat.gaps)} ticks, held up at most {worst:.0f} ms in {gap}; "
+        f"worst wall gap {heartbeat.worst_wall:.0f} ms"
+    )
     assert result is not None, window.banner.text
     assert result.total_bytes > 150 * 1024**2
     assert len(heartbeat.gaps) >= 20  # the heartbeat really ran during the export
     assert ("separate process" in window.export_panel.log.toPlainText()) == (isolation == "process")
-    assert worst < 100, f"the UI thread was blocked for {worst} ms"
+    assert worst < 100, (
+        f"the UI thread was blocked for {worst:.0f} ms by its own process in {gap} ("
+        f"worst wall gap {heartbeat.worst_wall:.0f} ms)"
+    )
 
 
 def test_the_heartbeat_does_catch_a_blocked_ui_thread(qtbot):
     heartbeat = Heartbeat()
     heartbeat.start()
     qtbot.wait(30)
-    time.sleep(0.25)  # what exporting on the UI thread would do
+    end = time.thread_time() + 0.25
+    while time.thread_time() < end:  # what exporting on the UI thread would do: compute
+        pass
     qtbot.wait(30)
     assert heartbeat.stop() >= 200
+    worst = heartbeat.worst()
+    assert worst is not None and worst.own >= 200
 
 
-def test_export_errors_show_in_the_banner(qtbot, window: MainWindow, tmp_path):
+def test_the_heartbeat_does_catch_a_worker_holding_the_gil(qtbot):
+    """What a numpy call on a large tensor in the export thread would do: one C call that
+    never lets the GIL go (here ``sum`` over a range), while the UI thread waits for it."""
+    n = 1_000_000
+    started = time.thread_time()
+    sum(range(n))
+    n = int(n * 0.3 / max(time.thread_time() - started, 1e-4))  # about 300 ms of CPU
+    done, release = threading.Event(), threading.Event()
+    # The worker lives on after its call, as an export thread does: a thread that has
+    # ended by the next tick takes its CPU time with it (Linux drops its task entry).
+    worker = threading.Thread(target=lambda: (sum(range(n)), done.set(), release.wait(30)))
+    heartbeat = Heartbeat()
+    heartbeat.start()
+    qtbot.wait(30)
+    worker.start()
+    qtbot.waitUntil(done.is_set, timeout=30_000)
+    qtbot.wait(30)
+    measured = heartbeat.stop()
+    release.set()
+    worker.join()
+    assert measured >= 150
+    worst = heartbeat.worst()
+    assert worst is not None and worst.others >= 150 and worst.own < 50
+
+
+def test_the_heartbeat_does_not_count_time_the_os_gave_to_others(qtbot):
+    """The control: a UI thread that is merely not scheduled (here: asleep, which uses no
+    CPU, as when other programs hold the cores) is not reported as blocked by the app."""
+    heartbeat = Heartbeat()
+    heartbeat.start()
+    qtbot.wait(30)
+    time.sleep(0.25)
+    qtbot.wait(30)
+    assert heartbeat.worst_wall >= 200
+    assert heartbeat.stop() < 100
+
+
+def test_an_existing_folder_is_replaced_only_when_ticked_and_confirmed(
+    qtbot, window: MainWindow, tmp_path
+):
+    from engine.package import MANIFEST, PRODUCER
+
     existing = tmp_path / "taken"
     existing.mkdir()
     (existing / "keep.txt").write_text("mine")
-    _export(qtbot, window, existing)
-    assert window.exporter.result is None
-    assert "already exists" in window.banner.text
+    # An earlier package of ours (the engine never replaces a folder that is not one).
+    (existing / MANIFEST).write_text(json.dumps({"producer": PRODUCER}))
+    window.state.set_output(str(existing))
+    panel = window.export_panel
+    assert not panel.export_button.isEnabled()  # not offered, and said why in place
+    assert "exists" in panel.blocker.text() and "Replace an existing folder" in panel.blocker.text()
+    asked: list[Path] = []
+
+    def answer(yes: bool):
+        def confirm(folder: Path) -> bool:
+            asked.append(folder)
+            return yes
+
+        return confirm
+
+    window.target_panel.overwrite.setChecked(True)
+    assert window.state.overwrite and panel.export_button.isEnabled()
+    window.exporter.confirm_replace = answer(False)
+    _click(qtbot, panel.export_button)
+    assert asked == [existing] and window.exporter.worker is None
     assert (existing / "keep.txt").read_text() == "mine"
-    assert "Failed" in window.export_panel.stage.text()
+    assert "was kept" in panel.log.toPlainText()
+    window.exporter.confirm_replace = answer(True)
+    result = _export(qtbot, window, existing)
+    assert result is not None and asked == [existing, existing]
+    assert not (existing / "keep.txt").exists() and (existing / "genai_config.json").is_file()
+
+
+def test_copy_cli_command_gives_the_line_that_exports_the_same_package(
+    qtbot, window: MainWindow, tmp_path
+):
+    from engine.cli_line import parse_build_line
+
+    window.target_panel.weight_bits.setCurrentIndex(window.target_panel.weight_bits.findData(8))
+    window.state.set_output(str(tmp_path / "pkg dir"))
+    window.menu_actions["copy_cli"].trigger()
+    text = QGuiApplication.clipboard().text()
+    assert text.startswith("python -m engine build --preset gemma4-tiny")
+    assert shlex.split(text)[3] == "build"
+    args, options = parse_build_line(shlex.split(text)[4:])
+    assert options == window.state.export_options()
+    assert args.output == str(tmp_path / "pkg dir") and not args.overwrite
+    assert f"copied: {text}" in window.export_panel.log.toPlainText()
+
+
+def test_the_export_log_can_be_saved(qtbot, window: MainWindow, tmp_path, monkeypatch):
+    _export(qtbot, window, tmp_path / "pkg")
+    target = tmp_path / "logs" / "export.txt"
+    target.parent.mkdir()
+    monkeypatch.setattr(
+        "app.widgets.export_panel.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), "")
+    )
+    window.menu_actions["save_log"].trigger()
+    saved = target.read_text(encoding="utf-8")
+    assert "done in" in saved and str(tmp_path / "pkg") in saved
+    assert saved.strip() == window.export_panel.log.toPlainText().strip()
 
 
 def test_export_job_is_a_plain_function(tmp_path):
@@ -241,8 +314,7 @@ def test_export_of_a_checkpoint_folder_verifies_against_transformers(
     with qtbot.waitSignal(panel.verified, timeout=120_000) as verified:
         _click(qtbot, panel.verify_button)
     report = verified.args[0]
-    assert report["verify"]["verdict"] == "PASS", report
-    assert report["verdict"].startswith("PASS")
+    assert report.result is not None and report.result.passed, report.result
     assert "PASS" in panel.verify_result.text()
 
 
@@ -267,8 +339,11 @@ def test_cancel_mid_export_in_a_separate_process_leaves_nothing(
     cancel = window.export_panel.cancel_button
 
     def cancel_once_writing(fraction: float, message: str) -> None:
-        if message.startswith("writing") and cancel.isEnabled():
-            assert any(output.parent.iterdir())  # the child has started writing
+        # Progress is relayed from the child; cancel once its staging folder is there
+        # (the observable sign that it is writing), not merely on the first message.
+        staged = [p.name for p in output.parent.iterdir()]
+        if message.startswith("writing") and staged and cancel.isEnabled():
+            assert staged[0].startswith(".pkg.partial-"), staged
             cancel.click()
 
     window.exporter.progress.connect(cancel_once_writing)

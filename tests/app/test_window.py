@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
+from typing import get_args
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 
+from app.preview_data import ROLE_LABELS
 from app.state import ModelSource
+from app.widgets.target_panel import find_data
 from app.windows.main_window import MainWindow
+from engine.logical import Role
 from engine.options import ExportOptions
 from engine.plan import plan
 from engine.presets import load_preset, preset_config
@@ -16,7 +22,7 @@ from tests.app.conftest import make_settings, wait_for_preview
 
 
 def _choose(combo, data) -> None:
-    index = combo.findData(data)
+    index = find_data(combo, data)
     assert index >= 0, f"{data!r} is not offered"
     combo.setCurrentIndex(index)
 
@@ -29,6 +35,7 @@ def test_window_opens_with_the_tiny_preview(window: MainWindow, screens):
         "Export",
         "genai_config",
         "Benchmark",
+        "Inspector",
     ]
     preview = window.state.preview
     expected = plan(load_preset("gemma4-tiny"), ExportOptions())
@@ -55,11 +62,14 @@ def test_changing_options_updates_the_preview_from_the_planner(qtbot, window: Ma
         w.name for s in expected.sessions for w in s.weights if w.is_split and not w.shares
     )
     table = window.preview.splits
-    assert sorted(table.item(r, 0).text() for r in range(table.rowCount())) == split
+    assert sorted(table.item(r, 1).text() for r in range(table.rowCount())) == split
+    split_sessions = {s.name for s in expected.sessions for w in s.weights if w.is_split}
+    assert "embedding" in split_sessions  # E4B's per-layer table, in the embedding session
+    assert {table.item(r, 0).text() for r in range(table.rowCount())} == split_sessions
     ple = next(
-        r for r in range(table.rowCount()) if table.item(r, 0).text().startswith("embed_tokens_per")
+        r for r in range(table.rowCount()) if table.item(r, 1).text().startswith("embed_tokens_per")
     )
-    assert table.item(ple, 3).text() == "42"  # one table per layer
+    assert table.item(ple, 4).text() == "42"  # one table per layer
     assert window.preview.tensors.bars[0].pieces == 42
     assert window.preview.readiness.rowCount() == len(expected.sessions)
     assert second.compute_ms > 0  # measured in the worker; its budget is benchmarks/app_preview.py
@@ -76,17 +86,68 @@ def test_a_burst_of_changes_is_throttled(qtbot, window: MainWindow):
     assert preview.context_length == 300
 
 
-def test_options_the_plan_refuses_show_in_the_banner(qtbot, window: MainWindow, screens):
-    _choose(window.target_panel.weight_bits, 4)
-    _choose(window.target_panel.embedding_bits, 4)  # the tied head shares the table's blocks
-    _choose(window.target_panel.block_size, 128)  # the tiny model's hidden size is 64
+def test_a_folder_that_is_not_a_model_is_reported_and_cannot_be_exported(
+    qtbot, window: MainWindow, tmp_path, screens
+):
+    not_a_model = tmp_path / "photos"
+    not_a_model.mkdir()
+    window.model_panel.choose_folder(str(not_a_model))
+    assert "no config.json" in window.state.source_problem  # known at once, before reading
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
-    assert "block size 128 does not divide" in window.banner.text
-    assert window.preview.title.text().startswith("No preview")
+    assert "The model cannot be read" in window.banner.text
+    assert "“Model folder”" in window.banner.text  # the engine's advice, in the app's words
+    assert not window.export_panel.export_button.isEnabled()
+    assert not window.export_shortcut.isEnabled()
+    assert "no config.json" in window.export_panel.blocker.text()
+    assert "no config.json" in window.export_shortcut.toolTip()
+    window.tabs.setCurrentIndex(0)
     screens(window, "03-error-banner")
-    _choose(window.target_panel.block_size, 32)
+    window.model_panel.kind_buttons.button(0).click()  # back to a preset
     qtbot.waitUntil(lambda: not window.banner.isVisible(), timeout=10_000)
-    assert window.state.preview is not None
+    qtbot.waitUntil(window.export_panel.export_button.isEnabled, timeout=10_000)
+
+
+def test_capture_on_is_not_offered_where_the_ep_has_none(qtbot, window: MainWindow):
+    panel = window.target_panel
+    on = panel.capture.findData("on")
+    assert window.state.options.ep == "cpu"
+    item = panel.capture.model().item(on)
+    assert not item.isEnabled()
+    assert "CPU has no graph capture" in item.toolTip()
+    _choose(panel.ep, "webgpu")
+    assert panel.capture.model().item(on).isEnabled()
+    _choose(panel.capture, "on")
+    assert window.state.options.graph_capture == "on"
+    _choose(panel.ep, "cpu")  # capture "on" cannot follow: set back to auto, and said so
+    assert window.state.options.graph_capture == "auto"
+    assert panel.capture.currentData() == "auto"
+    assert "Graph capture on is not available" in panel.note.text()
+    assert panel.note.isVisibleTo(panel)
+    wait_for_preview(qtbot, window, lambda p: "CPU" in p.title)
+    assert not window.banner.isVisible()
+
+
+def test_block_sizes_that_do_not_fit_are_disabled_and_the_choice_adjusted(
+    qtbot, window: MainWindow
+):
+    """Widths that are not whole blocks are padded, but the tiny model's tied head reads
+    the 4-bit token table as MatMulNBits blocks, which must divide its 64 columns."""
+    panel = window.target_panel
+    _choose(panel.embedding_bits, 4)
+    qtbot.waitUntil(
+        lambda: window.state.constraints.reason("embedding_block_size", 128) is not None
+    )
+    for size, fits in ((16, True), (32, True), (64, True), (128, False), (256, False)):
+        item = panel.embedding_block_size.model().item(panel.embedding_block_size.findData(size))
+        assert item.isEnabled() == fits, size
+        if not fits:
+            assert "does not divide" in item.toolTip()
+    window.state.update_options(embedding_block_size=128)  # e.g. options saved for another model
+    assert window.state.options.embedding_block_size == 64
+    assert "Embedding block size 128 does not fit this model" in panel.note.text()
+    preview = wait_for_preview(qtbot, window, lambda p: "embeddings int4" in p.title)
+    assert preview.plan.options.embedding_block_size == 64
+    assert not window.banner.isVisible()
 
 
 def test_a_bad_custom_buffer_limit_is_refused_inline(qtbot, window: MainWindow):
@@ -103,6 +164,31 @@ def test_a_bad_custom_buffer_limit_is_refused_inline(qtbot, window: MainWindow):
     assert window.state.options.max_buffer_size == 64 * 1024**2
 
 
+def test_a_limit_the_user_chose_can_be_forced_and_weights_kept_in_float(qtbot, window: MainWindow):
+    """What the engine refuses under a custom limit, the user can write anyway (the
+    export error's advice names this box); weight patterns can stay unquantized; the
+    copied command line carries both."""
+    panel = window.target_panel
+    assert not panel.force.isEnabled()  # the EP's own limit is never forced
+    _choose(panel.limit_mode, "custom")
+    panel.limit.setText("64MiB")
+    panel.limit.editingFinished.emit()
+    assert window.state.options.max_buffer_size == 64 * 1024**2
+    assert panel.force.isEnabled()
+    panel.force.setChecked(True)
+    assert window.state.options.force
+    _choose(panel.weight_bits, 4)
+    panel.keep_float.setText("layers.0.mlp.*, lm_head.weight")
+    panel.keep_float.editingFinished.emit()
+    assert window.state.options.keep_float == ("layers.0.mlp.*", "lm_head.weight")
+    window.menu_actions["copy_cli"].trigger()
+    line = QGuiApplication.clipboard().text()
+    assert "--force" in line, line
+    assert "--keep-float 'layers.0.mlp.*' --keep-float lm_head.weight" in line, line
+    _choose(panel.limit_mode, "default")
+    assert not window.state.options.force and not panel.force.isEnabled()
+
+
 def test_settings_persist_between_sessions(qtbot, tmp_path: Path):
     settings = make_settings(tmp_path)
     first = MainWindow(settings)
@@ -110,6 +196,7 @@ def test_settings_persist_between_sessions(qtbot, tmp_path: Path):
     first.state.set_source(ModelSource("preset", "gemma4-e2b"))
     first.state.update_options(ep="webgpu", weight_bits=4, max_length=2048)
     first.state.set_output(str(tmp_path / "out"))
+    first.state.set_overwrite(True)
     first.show()
     first.resize(1300, 820)
     qtbot.waitUntil(lambda: first.width() >= 1300)
@@ -122,6 +209,8 @@ def test_settings_persist_between_sessions(qtbot, tmp_path: Path):
     assert second.state.source == ModelSource("preset", "gemma4-e2b")
     assert second.state.options == ExportOptions(ep="webgpu", weight_bits=4, max_length=2048)
     assert second.state.output == str(tmp_path / "out")
+    assert not second.state.overwrite  # never carried into another launch
+    assert not second.target_panel.overwrite.isChecked()
     # The offscreen screen is 800x800 and clamps a restored size, so compare the bytes.
     assert second.settings.qsettings.value("window/geometry") == geometry
     assert second.target_panel.weight_bits.currentData() == 4
@@ -150,3 +239,96 @@ def test_hf_cache_scan_lists_supported_snapshots_only(
     assert window.state.source.kind == "cache"
     preview = wait_for_preview(qtbot, window, lambda p: p.title.startswith("0123456789abcdef"))
     assert preview.total_bytes == plan(load_preset("gemma4-e2b"), ExportOptions()).nbytes
+
+
+def test_the_output_folder_follows_the_model_and_options_until_edited(
+    qtbot, window: MainWindow, tmp_path
+):
+    state, panel = window.state, window.target_panel
+    assert Path(state.output).name == "gemma4-tiny-cpu-fp32"
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    _choose(panel.ep, "webgpu")
+    _choose(panel.weight_bits, 4)
+    _choose(panel.embedding_bits, 4)
+    assert Path(state.output).name == "gemma4-e2b-webgpu-fp16-w4-emb4"
+    assert panel.output.text() == state.output
+    mine = str(tmp_path / "mine")
+    panel.output.setText(mine)
+    panel.output.textEdited.emit(mine)
+    window.model_panel.presets.setCurrentText("gemma4-e4b")
+    assert state.output == mine  # the user's choice stays
+    panel.output.setText("")
+    panel.output.textEdited.emit("")  # cleared: it follows again
+    assert Path(state.output).name == "gemma4-e4b-webgpu-fp16-w4-emb4"
+
+
+def test_every_session_of_a_multimodal_plan_is_previewed(qtbot, window: MainWindow, screens):
+    """E2B has vision and audio towers: vision, speech, embedding and decoder sessions each
+    get their bar, their split rows and their readiness row, bytes as the planner says."""
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    _choose(window.target_panel.ep, "webgpu")
+    data = wait_for_preview(qtbot, window, lambda p: "gemma4-e2b → WebGPU" in p.title)
+    expected = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
+    names = [s.name for s in expected.sessions]
+    assert names == ["vision", "speech", "embedding", "decoder"]
+    assert [s.name for s in data.sessions] == names
+    assert data.total_bytes == expected.nbytes
+    assert sorted(r.session for r in data.readiness) == sorted(names)
+    never = {r.session for r in data.readiness if r.status == "off"}
+    assert never >= {"vision", "speech", "embedding"}  # per-input shapes: never captured
+    window.tabs.setCurrentWidget(window.preview)
+    chart = window.preview.sizes
+    assert [c.split(" ")[0] for c in chart.categories] == list(reversed(names))
+    table = window.preview.splits
+    split = {s.name for s in expected.sessions for w in s.weights if w.is_split}
+    assert split == {"embedding", "decoder"}
+    assert {table.item(r, 0).text() for r in range(table.rowCount())} == split
+    assert window.preview.readiness.rowCount() == 4
+    labels = window.preview.tensors.categories
+    assert all(label.split(":")[0] in names for label in labels)
+    legend = {role for session in data.sessions for role in session.by_role}
+    assert {"convolutions", "clip bounds", "position tables"} <= legend  # the towers' words
+    assert legend <= set(ROLE_LABELS.values())
+    screens(window, "09-preview-e2b-webgpu-multimodal")
+
+
+def test_every_weight_role_has_words():
+    assert set(get_args(Role)) == set(ROLE_LABELS)
+
+
+def test_the_inputs_follow_the_towers_the_model_has(qtbot, window: MainWindow, screens):
+    """Inputs (towers) the model has no tower for are offered disabled with the engine's
+    reason; the chosen ones shape the plan, the output folder and the copied CLI line; a
+    choice the next model cannot take moves back to everything it takes, said in place."""
+    from engine.cli_line import parse_build_line
+
+    panel, state = window.target_panel, window.state
+    images, text = ("text", "vision"), ("text",)
+    item = panel.modalities.model().item(find_data(panel.modalities, images))
+    assert not item.isEnabled()  # the tiny preset is text only
+    assert "no vision tower" in item.toolTip()
+
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-e2b"))
+    model = panel.modalities.model()
+    assert all(model.item(i).isEnabled() for i in range(panel.modalities.count()))
+    _choose(panel.modalities, text)
+    only_text = wait_for_preview(qtbot, window, lambda p: len(p.sessions) == 1)
+    assert [s.name for s in only_text.sessions] == ["decoder"]
+    assert Path(state.output).name == "gemma4-e2b-cpu-fp32-text"
+    line = panel.window().export_panel.copy_cli()
+    assert "--modalities text " in line
+    _, parsed = parse_build_line(shlex.split(line)[4:])
+    assert parsed == state.export_options()
+
+    _choose(panel.modalities, images)
+    with_images = wait_for_preview(qtbot, window, lambda p: len(p.sessions) == 3)
+    assert [s.name for s in with_images.sessions] == ["vision", "embedding", "decoder"]
+    screens(panel, "10-target-e2b-inputs")
+
+    window.model_panel.presets.setCurrentText("gemma4-tiny")
+    qtbot.waitUntil(lambda: state.options.modalities is None, timeout=20_000)
+    assert panel.modalities.currentData() is None
+    assert "Inputs text, images is not available" in panel.note.text()
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-tiny"))
+    assert not window.banner.isVisible()

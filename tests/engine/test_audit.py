@@ -56,6 +56,24 @@ def test_int64_inputs_are_findings_on_an_ep_without_int64():
     assert any("int64" in f.reason for f in audit.findings)
 
 
+def test_an_op_without_a_kernel_for_its_dtype_is_a_finding():
+    """WebGPU 1.27 has a float CumSum but no int32 one (tests/webgpu/op_kernels.py)."""
+    model = ir.from_onnx_text(
+        """
+        <ir_version: 10, opset_import: ["" : 23]>
+        g (int32[1, 4] ids, float[1, 4] x) => (int32[1, 4] a, float[1, 4] b) {
+            axis = Constant <value_int = 1> ()
+            a = CumSum (ids, axis)
+            b = CumSum (x, axis)
+        }
+        """
+    )
+    findings = audit_model(model, get_caps("webgpu"), "embedding").findings
+    assert [(f.node, f.op_type) for f in findings] == [(model.graph.node(1).name, "CumSum")]
+    assert "no kernel for CumSum on int32" in findings[0].reason
+    assert audit_model(model, get_caps("cpu")).findings == ()
+
+
 def test_cpu_has_no_capture_and_standard_attention_cannot_capture():
     model, export_plan = graph("gemma4-tiny", rewrite=True, ep="cpu")
     audit = audit_model(model, export_plan.caps)

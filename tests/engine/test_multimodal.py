@@ -103,6 +103,21 @@ def test_processor_files_come_from_the_checkpoint(tmp_path: Path) -> None:
     assert mel["type"] == "Gemma4LogMel" and mel["attrs"]["frame_length_ms"] == 20.0
 
 
+def test_a_benchmark_records_the_processed_prompt_and_its_media(
+    tmp_path: Path, media: dict[str, Path]
+) -> None:
+    from engine.runtime.bench import BenchConfig, run_bench
+
+    _, package = _export(tmp_path, "base")
+    prompt = MediaPrompt.build("look", (str(media["wide"]),), (str(media["clip"]),))
+    config = BenchConfig(runtime="genai", media=prompt, new_tokens=3, repeats=1, warmup=0)
+    result, generation = run_bench(package, config)
+    assert result.media == ("image", "audio")
+    assert result.prompt_length == generation.prompt_length != config.prompt_length
+    assert any("after genai's processor" in note for note in result.notes)
+    assert result.time_to_first_token_seconds > 0 and len(result.tokens) == 3
+
+
 def test_audio_without_vision_is_refused_before_any_work(tmp_path: Path) -> None:
     model_dir = tmp_path / "ckpt"
     make_mm_checkpoint(model_dir)
@@ -182,3 +197,20 @@ def test_bidirectional_image_attention_keeps_vision_out(tmp_path: Path) -> None:
     assert [s.name for s in plan(spec, ExportOptions()).sessions] == ["decoder"]
     with pytest.raises(EngineError, match="attend to each other both ways"):
         plan(spec, ExportOptions(modalities=("text", "vision")))
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", "trt-rtx"])
+def test_gpu_packages_build_and_pass_the_checker(tmp_path: Path, ep: str) -> None:
+    """EPs this machine cannot run: every session of the package passes ONNX's full checker
+    (external data included), and genai_config names the EP for every session."""
+    import onnx
+
+    from engine.caps import get_caps
+
+    _, package = _export(tmp_path, "base", ep=ep, weight_bits=4)
+    config = json.loads((package / "genai_config.json").read_text())["model"]
+    provider = get_caps(ep).genai_provider
+    for session in ("vision", "speech", "embedding", "decoder"):
+        onnx.checker.check_model(str(package / config[session]["filename"]), full_check=True)
+        providers = config[session]["session_options"]["provider_options"]
+        assert [next(iter(p)) for p in providers] == [provider], (session, providers)

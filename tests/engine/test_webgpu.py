@@ -329,3 +329,35 @@ def test_runner_suite_in_the_webgpu_environment(webgpu_env: Path):
     summary = done.stdout.strip().splitlines()[-1:] if done.stdout else []
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert summary and " passed" in summary[0] and "skipped" not in summary[0], summary
+
+
+def test_host_kernels_in_caps_are_what_onnxruntime_webgpu_runs(webgpu_env: Path):
+    """engine/caps.py's WebGPU ``host_ops`` / ``host_op_dtypes`` against one-node models
+    (tests/webgpu/op_kernels.py): every pair the probe places on the device is one the caps
+    say has a kernel, and every pair it cannot place is one they say has none. Sin and Cos
+    (kernels up to opset 21 only) are left out of the caps on purpose: our graphs compute
+    them from constants, which onnxruntime folds at load."""
+    from engine.caps import get_caps
+
+    done = subprocess.run(
+        [str(webgpu_env), str(REPO / "tests" / "webgpu" / "op_kernels.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(),
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(done.stdout)
+    caps = get_caps("webgpu")
+    assert set(measured.values()) == {"ok", "host"}, measured
+    wrong = {
+        key: result
+        for key, result in measured.items()
+        if not key.startswith(("Sin/", "Cos/"))
+        and (result == "ok") != caps.has_kernel(*key.split("/"))
+    }
+    assert wrong == {}, f"engine/caps.py disagrees with onnxruntime-webgpu: {wrong}"
+    assert measured["Sin/float@21"] == "ok" and measured["Sin/float@23"] == "host"
+    unmeasured = {pair for pair in caps.host_op_dtypes if "/".join(pair) not in measured}
+    assert unmeasured == set(), "every (op, dtype) in the caps is measured"

@@ -80,18 +80,23 @@ def _scatter(
     The n-th marker (row-major over the batch) takes feature row n: a running count of
     markers indexes the features behind one zero row, so a step with no features
     ([0, hidden] on decode steps) gathers only that row and keeps every embedding.
+    The count is kept in the index dtype where the EP has an integer CumSum, else in
+    float32 (exact below 2**24 markers) and cast for the Gather.
     """
     op = ctx.op
     h = ctx.spec.hidden_size
+    count_dtype = (
+        index_dtype if ctx.caps.has_kernel("CumSum", index_dtype.name) else ir.DataType.FLOAT
+    )
     zero_row = ctx.const(np.zeros((1, h), dtype=ctx.np_dtype), name="zero_feature_row")
     rows = op.Concat(zero_row, features, axis=0)  # [1 + n, H]
     # n without Shape (which would leave the device): ones along the feature rows.
     first_column = op.Gather(rows, ctx.const(np.array(0, dtype=np.int64), name="index_0"), axis=1)
     same = op.Equal(first_column, first_column)
     available = op.ReduceSum(
-        op.Cast(op.Not(op.And(same, op.Not(same))), to=index_dtype), keepdims=0
+        op.Cast(op.Not(op.And(same, op.Not(same))), to=count_dtype), keepdims=0
     )  # 1 + n
-    marks = op.Cast(mask, to=index_dtype)  # [B, S]
+    marks = op.Cast(mask, to=count_dtype)  # [B, S]
     axis_0 = ctx.const(np.array(0, dtype=np.int32), name="axis_0_i32")
     axis_1 = ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")
     # Row-major order over the batch without Shape: markers before each row, plus the
@@ -99,6 +104,8 @@ def _scatter(
     before = op.CumSum(op.ReduceSum(marks, ctx.ints([1]), keepdims=1), axis_0, exclusive=1)
     index = op.Mul(op.Add(op.CumSum(marks, axis_1), before), marks)  # 1-based, 0 elsewhere
     fed = op.And(mask, op.Less(index, available))  # markers that have a feature row
-    index = op.Mul(index, op.Cast(fed, to=index_dtype))
+    index = op.Mul(index, op.Cast(fed, to=count_dtype))
+    if count_dtype != index_dtype:
+        index = op.Cast(index, to=index_dtype)
     gathered = op.Gather(rows, index, axis=0)  # [B, S, H]
     return op.Where(op.Unsqueeze(fed, ctx.ints([-1])), gathered, embeds)

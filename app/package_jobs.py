@@ -1,0 +1,255 @@
+"""Jobs on an existing package: what it can run on here, verify, and benchmark (no Qt).
+
+Module-level functions ``job(request, progress, cancel)`` (Orange3-style): a
+:class:`app.workers.Worker` runs them on a pool thread with ``functools.partial``, tests
+call them directly. They return the engine's typed results (``BenchResult``,
+``VerifyResult``) unchanged; the widgets read those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from app.wording import phrase
+from engine.caps import get_caps, list_eps
+from engine.errors import CancelledError
+from engine.progress import CancelToken, Progress, sub_progress
+
+if TYPE_CHECKING:
+    from app.load_check import LoadCheck
+    from engine.audit import SessionAudit
+    from engine.inspect import PackageInfo
+    from engine.runtime.bench import BenchResult
+    from engine.runtime.generation import Agreement
+    from engine.runtime.verify import VerifyResult
+
+CaptureMode = Literal["off", "on", "both"]
+
+
+@dataclass(frozen=True)
+class PackageFacts:
+    """What the Benchmark tab may offer for one package on this machine."""
+
+    path: Path
+    ep: str
+    """The EP the package was built for."""
+    share_buffer: bool
+    runtimes: dict[str, str | None]
+    """Runtime name -> why it cannot run here (None: it can)."""
+    eps: dict[str, str | None]
+    """EP name -> why onnxruntime here cannot run it (None: it can)."""
+    media: tuple[str, ...] = ()
+    """What its prompts may carry besides text: ``image`` (a vision session), ``audio``
+    (a speech session)."""
+
+    def media_problem(self, kind: str) -> str | None:
+        """Why a prompt cannot carry ``kind`` (``image`` or ``audio``) here, or None."""
+        if kind not in self.media:
+            session = {"image": "vision", "audio": "speech"}[kind]
+            tower = {"image": "images", "audio": "audio"}[kind]
+            return (
+                f"{self.path.name} has no {session} session: export the checkpoint with "
+                f"{tower} among its {phrase('modalities')}"
+            )
+        return self.runtimes.get("genai")
+
+    def capture_problem(self, ep: str | None) -> str | None:
+        """Why graph capture cannot be benchmarked on ``ep`` (None = the package's), or None."""
+        from engine.runtime.session import traits
+
+        caps = get_caps(ep or self.ep)
+        if not caps.graph_capture:
+            return f"{caps.display_name} has no graph capture"
+        if not self.share_buffer:
+            return "the package does not share past/present KV (capture needs one buffer)"
+        if not traits(caps.ort_provider).capture_option:
+            return f"graph capture on {caps.display_name} is not available from Python"
+        return self.eps.get(caps.name)
+
+
+def package_facts_job(path: Path, progress: Progress, cancel: CancelToken) -> PackageFacts:
+    """Open the package (genai_config and file checks) and list the EPs and runtimes here.
+
+    Raises:
+        PackageError: The folder is not a package, or names files it does not have.
+    """
+    from engine.runtime.package import open_package
+    from engine.runtime.session import available_providers, traits
+
+    package = open_package(path)
+    offered = available_providers()
+    eps: dict[str, str | None] = {}
+    for name in list_eps():
+        caps = get_caps(name)
+        if caps.ort_provider in offered:
+            eps[name] = None
+        else:
+            hint = traits(caps.ort_provider).install_hint
+            eps[name] = f"this onnxruntime has no {caps.ort_provider}" + (
+                f": {hint}" if hint else ""
+            )
+    runtimes: dict[str, str | None] = {"ort": None if offered else "onnxruntime is missing"}
+    if package.multimodal:
+        runtimes["ort"] = (
+            "a multimodal package (vision, speech and embedding sessions) runs through "
+            "onnxruntime-genai"
+        )
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        runtimes["genai"] = "onnxruntime-genai is not installed (pip install onnxruntime-genai)"
+    else:
+        runtimes["genai"] = None
+    return PackageFacts(
+        package.path, package.ep, package.share_buffer, runtimes, eps, package.media
+    )
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """What the Benchmark tab asks for."""
+
+    package: Path
+    runtime: Literal["ort", "genai"] = "ort"
+    ep: str | None = None
+    """None = the package's EP."""
+    prompt_len: int = 64
+    new_tokens: int = 64
+    repeats: int = 3
+    capture: CaptureMode = "off"
+    images: tuple[Path, ...] = ()
+    audios: tuple[Path, ...] = ()
+    prompt: str | None = None
+    """Text of a prompt with images or audio (None: the engine's default); without
+    media the prompt is ``prompt_len`` seeded random tokens."""
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """The runs that finished (capture off first), and what stopped the others."""
+
+    request: BenchRequest
+    results: tuple[BenchResult, ...] = ()
+    agreement: Agreement | None = None
+    """Capture on against capture off (greedy tokens and logits), when both ran."""
+    problem: str | None = None
+    """Why a run did not happen (the capture run failed, or was cancelled)."""
+    cancelled: bool = False
+
+
+def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) -> BenchOutcome:
+    """Benchmark capture off and/or on; a later run that fails or is cancelled keeps the
+    earlier run's results (the outcome says what happened). A request with images or
+    audio runs them through genai's own processors (``engine.runtime.media``).
+
+    Raises:
+        EngineError: The first run failed (nothing to keep); CancelledError included.
+    """
+    from engine.errors import EngineError
+    from engine.runtime.bench import BenchConfig, run_bench
+    from engine.runtime.generation import compare
+    from engine.runtime.media import MediaPrompt
+    from engine.runtime.package import open_package
+
+    package = open_package(request.package)
+    media = None
+    if request.images or request.audios:
+        media = MediaPrompt.build(
+            request.prompt, tuple(map(str, request.images)), tuple(map(str, request.audios))
+        )
+        media.check(package)
+    config = BenchConfig(
+        runtime=request.runtime,
+        media=media,
+        ep=request.ep,
+        prompt_length=request.prompt_len,
+        new_tokens=request.new_tokens,
+        repeats=request.repeats,
+    )
+    captures = {"off": (False,), "on": (True,), "both": (False, True)}[request.capture]
+    results: list[BenchResult] = []
+    generations = []
+    for i, capture in enumerate(captures):
+        part = sub_progress(progress, i / len(captures), (i + 1) / len(captures))
+        try:
+            result, generation = run_bench(
+                package,
+                config,
+                graph_capture=capture,
+                keep_logits=request.capture == "both",
+                progress=part,
+                cancel=cancel,
+            )
+        except CancelledError:
+            if not results:
+                raise
+            return BenchOutcome(request, tuple(results), None, "cancelled", cancelled=True)
+        except EngineError as exc:
+            if not results:
+                raise
+            return BenchOutcome(request, tuple(results), None, _capture_failed(exc))
+        results.append(result)
+        generations.append(generation)
+    agreement = compare(generations[0], generations[1]) if len(generations) == 2 else None
+    return BenchOutcome(request, tuple(results), agreement)
+
+
+def _capture_failed(exc: BaseException) -> str:
+    from app.wording import error_text
+
+    return f"the capture run failed: {error_text(exc)}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The load check, and the comparison with transformers when there was a checkpoint."""
+
+    load_check: LoadCheck
+    result: VerifyResult | None = None
+    skipped: str = ""
+    """Why there is no comparison (a preset has no checkpoint)."""
+
+
+def verify_job(
+    package: Path, model_dir: Path | None, progress: Progress, cancel: CancelToken
+) -> VerifyReport:
+    """The app's load check, then ``engine.runtime.verify.verify`` against the source
+    checkpoint when there is one (a preset has none)."""
+    from app.load_check import check_package_loads
+
+    progress(0.05, "loading the package in onnxruntime")
+    loads = check_package_loads(package)
+    cancel.raise_if_cancelled()
+    if model_dir is None:
+        progress(1.0, "done")
+        return VerifyReport(loads, skipped="the package was built from a preset: no checkpoint")
+    from engine.runtime.verify import verify
+
+    progress(0.1, "comparing with transformers")
+    result = verify(package, model_dir, progress=sub_progress(progress, 0.1, 1.0), cancel=cancel)
+    return VerifyReport(loads, result)
+
+
+def inspect_job(path: Path, progress: Progress, cancel: CancelToken) -> PackageInfo:
+    """Every session's initializers (read without their data), files and configs.
+
+    Raises:
+        PackageError: Not a folder, no .onnx file, or an unreadable one.
+    """
+    from engine.inspect import inspect_package
+
+    progress(0.0, f"reading {path.name}")
+    return inspect_package(path)
+
+
+def package_audit_job(
+    path: Path, ep: str, progress: Progress, cancel: CancelToken
+) -> list[SessionAudit]:
+    """The engine's graph-capture audit of every session of a package for ``ep`` (graphs
+    read without weight bytes; node placement not measured)."""
+    from engine.audit import audit_package
+
+    progress(0.0, "auditing the graphs")
+    return audit_package(path, get_caps(ep), measure=False)

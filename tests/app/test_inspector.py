@@ -1,0 +1,166 @@
+"""The package inspector, drag and drop of folders, and Help ▸ About."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from app.state import ModelSource
+from app.widgets.inspector_panel import InspectorPanel
+from app.windows.about import AboutDialog, versions
+from app.windows.main_window import MainWindow
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.presets import preset_config
+from tests.app.conftest import wait_for_preview
+
+FOREIGN = Path(__file__).resolve().parents[1] / "engine" / "data" / "genai-builder-llama-int4"
+
+
+def _inspect(qtbot, panel: InspectorPanel, folder: Path) -> object:
+    with qtbot.waitSignal(panel.inspected, timeout=30_000) as shown:
+        panel.open(str(folder))
+    return shown.args[0]
+
+
+def test_another_exporters_package_is_inspected_audited_and_edited(
+    qtbot, window: MainWindow, screens
+):
+    window.tabs.setCurrentWidget(window.inspector)
+    panel = window.inspector
+    info = _inspect(qtbot, panel, FOREIGN)
+    proto = onnx.load(str(FOREIGN / "model.onnx"), load_external_data=False)
+    assert panel.initializers.rowCount() == len(proto.graph.initializer)
+    assert "onnxruntime-genai" in panel.summary.text()
+    assert panel.sessions.item(0, 0).text() == "decoder"
+    assert panel.splits.item(0, 1).text() == "nothing is split"
+    names = {panel.initializers.item(r, 1).text() for r in range(panel.initializers.rowCount())}
+    assert names == {t.name for t in proto.graph.initializer}
+    panel.filter.setText("scales")
+    shown = [
+        panel.initializers.item(r, 1).text()
+        for r in range(panel.initializers.rowCount())
+        if not panel.initializers.isRowHidden(r)
+    ]
+    assert shown and all("scales" in name for name in shown)
+    panel.filter.clear()
+    assert panel.sizes.summary.startswith("decoder (model.onnx)")
+    assert panel.sizes.categories == ["decoder 34.4 KiB"]
+    assert panel.tensors.bars[0].unsplit == max(t.nbytes for t in info.sessions[0].initializers)
+    with qtbot.waitSignal(panel.audited, timeout=60_000) as audited:
+        panel.audit_button.click()
+    assert audited.args[0][0].session == "decoder"
+    assert panel.audit.count() >= 1 and "decoder on cpu" in panel.audit.item(0).text()
+    screens(window, "08-inspector-foreign")
+    panel.config_button.click()
+    assert window.tabs.currentWidget() is window.config_editor
+    assert window.config_editor.doc.path == FOREIGN / "genai_config.json"
+    window.tabs.setCurrentWidget(panel)
+    panel.bench_button.click()
+    assert window.tabs.currentWidget() is window.bench_panel
+    assert window.bench_panel.package.text() == str(FOREIGN)
+
+
+def test_our_split_package_shows_its_splits_against_its_limit(qtbot, window: MainWindow, tmp_path):
+    options = ExportOptions(
+        ep="webgpu",
+        embedding_bits=4,
+        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
+        max_buffer_size=16 * 1024,
+        force=True,  # the linear weights are over so small a limit; the tables split
+        random_weights=True,
+    )
+    result = export(tmp_path / "pkg", preset="gemma4-tiny", options=options)
+    info = _inspect(qtbot, window.inspector, result.output)
+    split = [w for w in result.plan.decoder.weights if w.is_split and not w.shares]
+    panel = window.inspector
+    assert panel.splits.rowCount() == len(split)
+    rows = {
+        panel.splits.item(r, 1).text(): panel.splits.item(r, 2).text() for r in range(len(split))
+    }
+    assert rows == {w.name: str(len(w.pieces)) for w in split}
+    assert "16.0 KiB" in panel.summary.text() and "exported with" in panel.summary.text()
+    bars = {b.name: b for b in panel.tensors.bars}
+    for w in split:
+        if w.name in bars:
+            assert bars[w.name].pieces == len(w.pieces)
+    assert info.ep == "webgpu"
+
+
+def test_a_folder_that_is_not_a_package_is_reported(qtbot, window: MainWindow, tmp_path):
+    with qtbot.waitSignal(window.state.errorChanged, timeout=30_000):
+        window.inspector.open(str(tmp_path))
+    assert "holds no .onnx file" in window.banner.text
+    assert "Inspector" in window.banner.text
+
+
+def _drop(window: MainWindow, folder: Path) -> bool:
+    data = QMimeData()
+    data.setUrls([QUrl.fromLocalFile(str(folder))])
+    enter = QDragEnterEvent(
+        QPoint(20, 20),
+        Qt.DropAction.CopyAction,
+        data,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, enter)
+    if not enter.isAccepted():
+        return False
+    drop = QDropEvent(
+        QPointF(20, 20),
+        Qt.DropAction.CopyAction,
+        data,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, drop)
+    return drop.isAccepted()
+
+
+def test_dropping_a_model_folder_chooses_it_and_a_package_folder_inspects_it(
+    qtbot, window: MainWindow, tmp_path
+):
+    model = tmp_path / "my-gemma"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(preset_config("gemma4-e2b")))
+    assert _drop(window, model)
+    assert window.state.source == ModelSource("folder", str(model))
+    assert window.model_panel.folder.text() == str(model)
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("my-gemma"))
+    with qtbot.waitSignal(window.inspector.inspected, timeout=30_000):
+        assert _drop(window, FOREIGN)
+    assert window.tabs.currentWidget() is window.inspector
+    plain_file = tmp_path / "notes.txt"
+    plain_file.write_text("x")
+    data = QMimeData()
+    data.setUrls([QUrl.fromLocalFile(str(plain_file)), QUrl.fromLocalFile(str(model))])
+    enter = QDragEnterEvent(
+        QPoint(5, 5),
+        Qt.DropAction.CopyAction,
+        data,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, enter)
+    assert not enter.isAccepted()  # two things at once: refused, nothing changes
+
+
+def test_about_lists_the_versions_of_onnxruntime_genai_and_qt(qtbot, window: MainWindow):
+    import onnxruntime
+    import onnxruntime_genai
+    from PySide6.QtCore import qVersion
+
+    rows = dict(versions())
+    assert rows["onnxruntime"] == onnxruntime.__version__
+    assert rows["onnxruntime-genai"] == onnxruntime_genai.__version__
+    assert rows["Qt"] == qVersion()
+    dialog = AboutDialog(window)
+    qtbot.addWidget(dialog)
+    assert onnxruntime.__version__ in dialog.details.text()
+    assert window.menu_actions["about"].shortcut().toString() == "F1"
