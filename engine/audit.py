@@ -121,7 +121,7 @@ def _node_findings(node: ir.Node, caps: EpCapabilities) -> list[str]:
         dtype = node.inputs[0].dtype.name.lower()
         if not caps.has_kernel(op, dtype):
             reasons.append(f"{ep} has no kernel for {op} on {dtype}; it would run on the CPU")
-    if not caps.int64_on_device and op not in ("Constant",):
+    if not caps.int64_on_device and op not in ("Constant",) and op not in caps.int64_index_ops:
         shape_inputs = set(SHAPE_INPUTS.get(op, ()))
         for index, value in enumerate(node.inputs):
             if value is None or index in shape_inputs or _is_static(value):

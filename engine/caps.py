@@ -64,12 +64,27 @@ class EpCapabilities:
     """int64 elementwise ops (ReduceSum, Sub, Equal, Where) run on the device. False means
     mask arithmetic must be done in int32 to stay on the device."""
     explicit_attention_over_cache: bool = False
-    """GroupQueryAttention only writes the KV cache; attention is computed explicitly over
-    the whole buffer with a position mask. For EPs whose GQA mishandles sliding windows
-    or KV-shared layers under graph capture (WebGPU 1.27: ``local_window_size`` ignored
-    under capture, static ``attention_bias`` refused, empty keys fail to dispatch)."""
+    """No GroupQueryAttention: K/V are written into static shared buffers with
+    ScatterElements and attention is explicit, in fp32, over a sliding layer's window or a
+    full layer's buffer (:mod:`engine.graph.static_attention`). For EPs whose GQA cannot be
+    trusted under graph capture. WebGPU 1.27, measured on lavapipe with one-op models:
+    ``local_window_size`` gives wrong outputs under capture, a static ``attention_bias`` is
+    refused, KV-shared (empty or repeated keys) nodes fail to dispatch, fp16 attention keeps
+    scores in fp16, fp32 prefill at head size 512 exceeds workgroup storage and the
+    non-flash path refuses capture."""
+    fuse_projections: bool = False
+    """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
+    (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
+    per-node cost dominates (WebGPU)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
+    max_split_outputs: int | None = None
+    """Most outputs one Split node may have (each is a shader binding); None = no limit.
+    WebGPU: 7, the W3C default of 8 storage buffers per shader stage less the input
+    (lavapipe grants 16: 15 outputs run, 16 fail to build the shader)."""
+    int64_index_ops: frozenset[str] = frozenset()
+    """Ops whose int64 inputs stay on the device where int64 arithmetic does not (the
+    kernel only reads them as indices): RotaryEmbedding's position ids on WebGPU."""
     host_op_dtypes: frozenset[tuple[str, str]] = frozenset()
     """(op, data dtype) pairs this EP has no kernel for although the op has one for other
     dtypes, dtypes as ONNX names in lower case (``int32``, ``bool``, ``float``). Builders
@@ -153,6 +168,9 @@ _REGISTRY: dict[str, EpCapabilities] = {
             capture_needs_static_graph=True,
             int64_on_device=False,
             explicit_attention_over_cache=True,
+            fuse_projections=True,
+            max_split_outputs=7,
+            int64_index_ops=frozenset({"RotaryEmbedding"}),
             # Measured on onnxruntime-webgpu 1.27 (one-op models at opset 23, CPU fallback
             # disabled: tests/webgpu/op_kernels.py; Max / Min for float, float16 and int32).
             # Sin and Cos have kernels up to opset 21 only, yet are not listed: our graphs

@@ -1,7 +1,9 @@
 """Logical weights: the tensors a model family needs, before dtype, quantization or splits.
 
 The planner turns each :class:`LogicalWeight` into physical initializers; the weight
-sources read or generate the data for them by ``source`` name.
+sources read or generate the data for them by ``source`` name. A fused weight (Q/K/V as
+one projection, gate/up as one, per-head norm scales as one table) has ``parts``: it is
+their concatenation along axis 0, and the sources read it part by part.
 """
 
 from __future__ import annotations
@@ -44,4 +46,25 @@ class LogicalWeight:
     """The tensor's key in the checkpoint (None for computed tensors)."""
     fill: float | None = None
     """The constant an architecture-only (random-weights) package holds instead of random
-    draws: 1 for layer scalars, -inf / inf for clip bounds."""
+    draws: 1 for layer scalars, -inf / inf for clip bounds. A part with a fill and no
+    source holds that constant in every package (the scale-free value norm's ones)."""
+    parts: tuple[LogicalWeight, ...] = ()
+    """A fused weight's pieces along axis 0, in order; empty for an ordinary weight."""
+    repeat: int = 1
+    """As a part: how many copies of it are stacked. A part one rank below the fused
+    weight (a norm scale [D] in a [heads, D] table) is one row per copy."""
+    dtype: str | None = None
+    """A float dtype this tensor keeps whatever the package's (fp32 RoPE caches and norm
+    scales of an fp32 attention core); None = the package's activation dtype."""
+
+    def part_rows(self, fused_rank: int) -> int:
+        """Rows this part contributes to a fused weight of rank ``fused_rank``."""
+        base = self.shape[0] if len(self.shape) == fused_rank else 1
+        return base * self.repeat
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every checkpoint key this weight reads (its parts' for a fused weight)."""
+        if self.parts:
+            return tuple(p.source for p in self.parts if p.source is not None)
+        return (self.source,) if self.source is not None else ()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from engine.errors import OptionsError, option
+from engine.graph.attention import attention_path
 from engine.logical import LogicalWeight
 from engine.models import sessions_for
 from engine.options import ExportOptions
@@ -296,25 +296,6 @@ def context_length(spec: ModelSpec, options: ExportOptions) -> int:
     return spec.max_position_embeddings
 
 
-GQA_HEAD_MULTIPLE = 16
-"""GroupQueryAttention kernels need head sizes that are multiples of 16."""
-
-
-def attention_path(spec: ModelSpec, options: ExportOptions) -> Literal["gqa", "standard"]:
-    """GroupQueryAttention where the EP, dtype and head sizes allow it, else standard ONNX."""
-    bad = sorted({layer.head_dim for layer in spec.layers if layer.head_dim % GQA_HEAD_MULTIPLE})
-    if options.attention == "standard":
-        return "standard"
-    if options.attention == "gqa":
-        if bad:
-            raise OptionsError(
-                f"GroupQueryAttention needs head sizes that are multiples of {GQA_HEAD_MULTIPLE}; "
-                f"this model has {bad}. Use {option('attention', 'standard')} (or auto)"
-            )
-        return "gqa"
-    return "gqa" if options.uses_gqa and not bad else "standard"
-
-
 def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     """Plan every initializer of the package for ``spec`` under ``options``.
 
@@ -330,7 +311,9 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     sessions = []
     warnings: dict[str, list[str]] = {}  # message -> the sessions it is about
     for session in sessions_for(spec, options, length):
-        planned = {w.name: _plan_weight(w, options, limits, dtype) for w in session.weights()}
+        planned = {
+            w.name: _plan_weight(w, options, limits, w.dtype or dtype) for w in session.weights()
+        }
         for wp in planned.values():
             _check_gbq_blocks(wp, options)
         for name, owner in session.ties.items():

@@ -38,6 +38,13 @@ class RopeSpec:
         zeros = np.zeros(head_dim // 2 - rope_angles, dtype=np.float64)
         return np.concatenate([rotated, zeros]) / self.factor
 
+    def rotated_pairs(self, head_dim: int) -> int:
+        """Frequency pairs that rotate (the leading ones); the rest have frequency 0, so
+        their cos is 1 and their sin 0 at every position."""
+        if self.kind == "default":
+            return head_dim // 2
+        return int(self.partial_rotary_factor * head_dim // 2)
+
     def cos_sin(self, head_dim: int, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin caches of shape [max_positions, head_dim / 2], float32.
 

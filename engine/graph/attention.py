@@ -3,12 +3,9 @@
 * ``gqa``: com.microsoft GroupQueryAttention does RoPE, the KV-cache update (growing or
   in a shared past/present buffer) and attention, with ``local_window_size`` for sliding
   layers. KV-shared layers call it with empty keys/values and the producer's present KV.
-* ``cached``: for EPs whose GroupQueryAttention cannot be trusted with windows or shared
-  layers under graph capture (``explicit_attention_over_cache``; WebGPU 1.27 ignores
-  ``local_window_size`` under capture, rejects a static ``attention_bias`` and fails on
-  empty keys). GroupQueryAttention only rotates and writes the new keys/values into the
-  cache; every layer then attends explicitly over the whole KV buffer with a mask built
-  from positions. All shapes are static under capture and no op leaves the device.
+  On EPs whose GroupQueryAttention cannot be trusted under graph capture
+  (``explicit_attention_over_cache``) the same plan path is lowered without it, over
+  static shared buffers: :mod:`engine.graph.static_attention`.
 * ``standard``: plain ONNX ops with a Concat-grown cache, for EPs without GQA.
 
 Queries, keys and values arrive already normed (Gemma 4 norms them before RoPE), as
@@ -18,14 +15,41 @@ Queries, keys and values arrive already normed (Gemma 4 norms them before RoPE),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import onnx_ir as ir
 
+from engine.errors import OptionsError, option
 from engine.graph.context import BuildContext
-from engine.spec import AttentionKind, LayerSpec
+from engine.options import ExportOptions
+from engine.spec import AttentionKind, LayerSpec, ModelSpec
 
 F32 = ir.DataType.FLOAT
+
+GQA_HEAD_MULTIPLE = 16
+"""GroupQueryAttention kernels need head sizes that are multiples of 16."""
+
+
+def attention_path(spec: ModelSpec, options: ExportOptions) -> Literal["gqa", "standard"]:
+    """GroupQueryAttention where the EP, dtype and head sizes allow it, else standard ONNX."""
+    bad = sorted({layer.head_dim for layer in spec.layers if layer.head_dim % GQA_HEAD_MULTIPLE})
+    if options.attention == "standard":
+        return "standard"
+    if options.attention == "gqa":
+        if bad:
+            raise OptionsError(
+                f"GroupQueryAttention needs head sizes that are multiples of {GQA_HEAD_MULTIPLE}; "
+                f"this model has {bad}. Use {option('attention', 'standard')} (or auto)"
+            )
+        return "gqa"
+    return "gqa" if options.uses_gqa and not bad else "standard"
+
+
+def uses_static_buffers(spec: ModelSpec, options: ExportOptions) -> bool:
+    """The capture-safe lowering over static shared KV buffers (no GroupQueryAttention):
+    the ``gqa`` path on an EP with ``explicit_attention_over_cache``."""
+    return options.caps.explicit_attention_over_cache and attention_path(spec, options) == "gqa"
 
 
 @dataclass
@@ -37,12 +61,12 @@ class AttentionInputs:
     seqlens_k: ir.Value | None = None
     total_length: ir.Value | None = None
     query_positions: ir.Value | None = None
-    """Positions of the new tokens: int64 [S] (standard) or float32 [B, S] (cached)."""
+    """Positions of the new tokens, int64 [S] (standard path)."""
     caches: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     rope_rows: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     """cos / sin rows of the query positions, [1 or B, S, 1, head_dim]."""
     bias: dict[AttentionKind, ir.Value] = field(default_factory=dict)
-    """Additive masks [B, 1, S, T] by attention kind (standard and cached paths)."""
+    """Additive masks [B, 1, S, T] by attention kind (standard path)."""
     empty_kv: dict[int, ir.Value] = field(default_factory=dict)
 
 
@@ -109,10 +133,7 @@ def _running_index(ctx: BuildContext, ones: ir.Value) -> ir.Value:
 
 def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value) -> AttentionInputs:
     """seqlens_k / total_sequence_length for GroupQueryAttention, from the mask's values.
-
-    No Shape: under graph capture the runtime passes a static [1, max_length] mask of
-    ones then zeros. With int32 I/O (EPs whose int64 arithmetic leaves the device) all
-    of it stays int32.
+    With int32 I/O (EPs whose int64 arithmetic leaves the device) all of it stays int32.
     """
     op = ctx.op
     mask = attention_mask
@@ -120,26 +141,28 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
         mask = op.Cast(mask, to=ir.DataType.INT32)
     lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B] valid lengths
     seqlens_k = op.Sub(lengths, _scalar(ctx, 1, np.int32, "one_i32"))
-    index_0 = _scalar(ctx, 0, np.int64, "index_0")
     inputs = AttentionInputs(input_ids=input_ids, seqlens_k=seqlens_k)
     for kind in _kinds(ctx):
         inputs.caches[kind] = rope_caches(ctx, kind)
-    if ctx.caps.explicit_attention_over_cache:
-        # Batch 1 (graph capture): the valid length is the present length.
-        inputs.total_length = op.Gather(lengths, index_0)
-        query_ones = _token_ones(ctx, input_ids)  # [B, S]
-        new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)
-        valid = op.Unsqueeze(op.Cast(lengths, to=F32), ctx.ints([1]))
-        positions = op.Add(op.Sub(valid, new_tokens), _running_index(ctx, query_ones))
-        inputs.query_positions = positions
-        rows = op.Cast(positions, to=ir.DataType.INT32)
-        for kind, (cos, sin) in inputs.caches.items():
-            inputs.rope_rows[kind] = (_rope_rows(ctx, cos, rows), _rope_rows(ctx, sin, rows))
-    else:
-        # The mask's width: the attended length for every row, also with left padding.
-        widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
-        inputs.total_length = op.Gather(widths, index_0)
+    # The mask's width: the attended length for every row, also with left padding.
+    widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
+    inputs.total_length = op.Gather(widths, _scalar(ctx, 0, np.int64, "index_0"))
     return inputs
+
+
+def query_positions(ctx: BuildContext, tokens: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """float32 [B, S]: positions of the new tokens, ``valid - S + 0..S-1``, from the mask's
+    values (no Shape: under graph capture it is a static [1, max_length] of ones then
+    zeros) and ``tokens`` (the ids, or a float row of the input embeddings)."""
+    op = ctx.op
+    mask = attention_mask
+    if mask.dtype != ir.DataType.INT32:
+        mask = op.Cast(mask, to=ir.DataType.INT32)
+    lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B] valid lengths
+    query_ones = _token_ones(ctx, tokens)  # [B, S]
+    new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)
+    valid = op.Unsqueeze(op.Cast(lengths, to=F32), ctx.ints([1]))
+    return op.Add(op.Sub(valid, new_tokens), _running_index(ctx, query_ones))
 
 
 def standard_inputs(
@@ -237,8 +260,6 @@ def gqa(
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
     """GroupQueryAttention (rotary inside); ``key=None`` for a KV-shared layer, whose
     ``past_*`` are then the producer's present KV."""
-    if ctx.caps.explicit_attention_over_cache:
-        return _cached(ctx, layer, inputs, query, key, value, past_key, past_value)
     kv_width = layer.num_kv_heads * layer.head_dim
     if key is None or value is None:
         if kv_width not in inputs.empty_kv:
@@ -271,56 +292,6 @@ def _gqa_node(
         _outputs=3,
     )  # fmt: skip
     return out, present_key, present_value
-
-
-def _cached(
-    ctx: BuildContext,
-    layer: LayerSpec,
-    inputs: AttentionInputs,
-    query: ir.Value,
-    key: ir.Value | None,
-    value: ir.Value | None,
-    past_key: ir.Value,
-    past_value: ir.Value,
-) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GQA writes the cache (its attention output is unused); attention is explicit over
-    the whole KV buffer, masked by positions."""
-    op = ctx.op
-    heads, dim = ctx.spec.num_attention_heads, layer.head_dim
-    if key is not None and value is not None:
-        _, keys, values = _gqa_node(ctx, layer, inputs, query, key, value, past_key,
-                                    past_value, -1)  # fmt: skip
-    else:
-        keys, values = past_key, past_value
-    if layer.attention not in inputs.bias:
-        inputs.bias[layer.attention] = _buffer_bias(ctx, layer, inputs, keys)
-    q = _rotate(
-        ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), inputs.rope_rows[layer.attention]
-    )
-    out = _explicit(ctx, layer, q, keys, values, inputs.bias[layer.attention])
-    return out, keys, values
-
-
-def _buffer_bias(
-    ctx: BuildContext, layer: LayerSpec, inputs: AttentionInputs, keys: ir.Value
-) -> ir.Value:
-    """[B, 1, S, L] mask over a KV buffer of length L, whose slot j holds position j:
-    causal, within the sliding window for sliding layers. L is read from the buffer's
-    values (NaN-safe ones along it), never from Shape."""
-    op = ctx.op
-    index_0 = _scalar(ctx, 0, np.int64, "index_0")
-    row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
-    key_positions = _running_index(ctx, _float_ones(ctx, row))  # [B, L]
-    assert inputs.query_positions is not None
-    distance = op.Sub(
-        op.Unsqueeze(inputs.query_positions, ctx.ints([2])),
-        op.Unsqueeze(key_positions, ctx.ints([1])),
-    )  # [B, S, L]
-    allowed = op.GreaterOrEqual(distance, _scalar(ctx, 0.0, np.float32, "zero_f32"))
-    if layer.attention == "sliding":
-        window = _scalar(ctx, float(ctx.spec.sliding_window), np.float32, "window_f32")
-        allowed = op.And(allowed, op.Less(distance, window))
-    return op.Unsqueeze(_additive(ctx, allowed), ctx.ints([1]))
 
 
 def _empty_kv(ctx: BuildContext, input_ids: ir.Value, width: int) -> ir.Value:

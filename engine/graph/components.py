@@ -10,27 +10,36 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from engine.dtypes import ir_dtype
 from engine.graph.context import BuildContext
 from engine.plan_model import WeightPlan
 
 
 def rms_norm(
-    ctx: BuildContext, x: ir.Value, weight: str | None, width: int, eps: float | None = None
+    ctx: BuildContext,
+    x: ir.Value,
+    weight: str | None,
+    width: int,
+    eps: float | None = None,
+    *,
+    dtype: str | None = None,
 ) -> ir.Value:
     """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm);
-    ``eps`` defaults to the text model's."""
+    ``eps`` defaults to the text model's; ``dtype`` is the float dtype of ``x`` and the
+    scale when it is not the package's (an fp32 attention core)."""
     eps = ctx.spec.rms_norm_eps if eps is None else eps
-    scale = _norm_scale(ctx, weight, width)
+    compute = ir_dtype(dtype) if dtype is not None else ctx.dtype
+    scale = _norm_scale(ctx, weight, width, compute)
     if ctx.caps.rms_norm_op == "RMSNormalization":
         return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
     if ctx.caps.rms_norm_op == "SimplifiedLayerNormalization":
         return ctx.op.SimplifiedLayerNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
-    xf = ctx.op.Cast(x, to=ir.DataType.FLOAT) if ctx.dtype != ir.DataType.FLOAT else x
+    xf = ctx.op.Cast(x, to=ir.DataType.FLOAT) if compute != ir.DataType.FLOAT else x
     mean_sq = ctx.op.ReduceMean(ctx.op.Mul(xf, xf), ctx.ints([-1]), keepdims=1)
     inv = ctx.op.Pow(ctx.op.Add(mean_sq, np.float32(eps)), np.float32(-0.5))
     normed = ctx.op.Mul(xf, inv)
-    if ctx.dtype != ir.DataType.FLOAT:
-        normed = ctx.op.Cast(normed, to=ctx.dtype)
+    if compute != ir.DataType.FLOAT:
+        normed = ctx.op.Cast(normed, to=compute)
     return ctx.op.Mul(normed, scale)
 
 
@@ -47,9 +56,13 @@ def skip_rms_norm(
     return rms_norm(ctx, total, weight, width), total
 
 
-def _norm_scale(ctx: BuildContext, weight: str | None, width: int) -> ir.Value:
+def _norm_scale(
+    ctx: BuildContext, weight: str | None, width: int, dtype: ir.DataType | None = None
+) -> ir.Value:
     if weight is None:
-        return ctx.const(np.ones(width, dtype=ctx.np_dtype), name=f"ones_{width}")
+        dtype = dtype or ctx.dtype
+        ones = np.ones(width, dtype=dtype.numpy())
+        return ctx.const(ones, name=f"ones_{width}_{dtype.name.lower()}")
     return ctx.param(weight)
 
 
@@ -167,6 +180,24 @@ def _sum(ctx: BuildContext, values: list[ir.Value]) -> ir.Value:
     for value in values[1:]:
         total = ctx.op.Add(total, value)
     return total
+
+
+def split_even(ctx: BuildContext, x: ir.Value, count: int, width: int) -> list[ir.Value]:
+    """``x`` [..., count * width] split into ``count`` parts of ``width`` along the last axis,
+    as a tree of Splits with at most the EP's ``max_split_outputs`` outputs each (each
+    output is a shader binding on WebGPU: 35 per-layer inputs are one Split into 5 and
+    five into 7)."""
+    limit = ctx.caps.max_split_outputs or count
+    if count == 1:
+        return [x]
+    if count <= limit:
+        return list(ctx.op.Split(x, axis=-1, num_outputs=count, _outputs=count))
+    groups = min(limit, -(-count // limit))
+    sizes = [count // groups + (1 if i < count % groups else 0) for i in range(groups)]
+    parts = ctx.op.Split(x, ctx.ints([n * width for n in sizes]), axis=-1, _outputs=groups)
+    return [
+        out for part, n in zip(parts, sizes, strict=True) for out in split_even(ctx, part, n, width)
+    ]
 
 
 def gelu_tanh(ctx: BuildContext, x: ir.Value) -> ir.Value:

@@ -37,6 +37,11 @@ class Param:
     """Full name inside the session, set when the tree is bound."""
     source: str | None = None
     """Checkpoint key, set when the tree is bound (None for computed tensors)."""
+    parts: tuple[LogicalWeight, ...] = ()
+    """A fused weight's parts (see :class:`LogicalWeight`), their names and sources written
+    relative to the fusing module's parent (its siblings' paths) until bound."""
+    dtype: str | None = None
+    """A dtype the tensor keeps whatever the package's (see :class:`LogicalWeight`)."""
 
     @property
     def logical(self) -> LogicalWeight:
@@ -46,8 +51,10 @@ class Param:
             self.role,
             computed=self.computed,
             scale=self.scale,
-            source=None if self.computed else self.source,
+            source=None if self.computed or self.parts else self.source,
             fill=self.fill,
+            parts=self.parts,
+            dtype=self.dtype,
         )
 
 
@@ -77,7 +84,10 @@ class Module:
             if attr.startswith("_"):
                 continue
             if isinstance(child, Param):
-                setattr(self, attr, replace(child, name=name + attr, source=source + attr))
+                bound = replace(child, name=name + attr, source=source + attr)
+                if child.parts:
+                    bound = replace(bound, parts=_bind_parts(child.parts, name, source))
+                setattr(self, attr, bound)
             elif isinstance(child, Module) and child._inline:
                 child.bind(name, source)
             elif isinstance(child, Module):
@@ -100,6 +110,27 @@ class Module:
                 for item in child:
                     if isinstance(item, Module):
                         yield from item.params()
+
+
+def _parent(prefix: str) -> str:
+    """``a.b.c.`` -> ``a.b.``: the prefix of a module's parent."""
+    head, _, _ = prefix.rstrip(".").rpartition(".")
+    return f"{head}." if head else ""
+
+
+def _bind_parts(
+    parts: tuple[LogicalWeight, ...], name: str, source: str
+) -> tuple[LogicalWeight, ...]:
+    """Resolve parts written relative to the fusing module's parent (sibling paths)."""
+    names, sources = _parent(name), _parent(source)
+    return tuple(
+        replace(
+            p,
+            name=names + p.name,
+            source=None if p.source is None else sources + p.source,
+        )
+        for p in parts
+    )
 
 
 def logical_weights(root: Module) -> list[LogicalWeight]:
@@ -158,27 +189,112 @@ class Embedding(Module):
 
 
 class RMSNorm(Module):
-    """RMSNorm over the last axis; ``scale=False`` is Gemma 4's parameterless norm."""
+    """RMSNorm over the last axis; ``scale=False`` is Gemma 4's parameterless norm.
 
-    def __init__(self, width: int, *, scale: bool = True, eps: float | None = None) -> None:
+    ``dtype`` keeps the scale (and the input the norm expects) in that float dtype whatever
+    the package's: the fp32 attention core of a half-precision package.
+    """
+
+    def __init__(
+        self,
+        width: int,
+        *,
+        scale: bool = True,
+        eps: float | None = None,
+        dtype: str | None = None,
+    ) -> None:
         self.width = width
         self.eps = eps
-        self.weight = Param((width,), "norm") if scale else None
+        self.dtype = dtype
+        self.weight = Param((width,), "norm", dtype=dtype) if scale else None
 
     def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
         name = self.weight.name if self.weight is not None else None
-        return rms_norm(ctx, x, name, self.width, eps=self.eps)
+        return rms_norm(ctx, x, name, self.width, eps=self.eps, dtype=self.dtype)
+
+
+class HeadNorm(Module):
+    """RMSNorm over the last axis of ``[..., heads, D]`` whose scale differs per group of
+    heads: Gemma 4's q_norm, k_norm and scale-free value norm as one norm and one Mul by a
+    ``[heads, D]`` table, which the planner reads part by part from the checkpoint's
+    ``[D]`` scales (a group without a scale holds ones).
+
+    Args:
+        width: D.
+        groups: ``(sibling norm name or None, head count)`` in head order.
+        dtype: As :class:`RMSNorm`.
+    """
+
+    def __init__(
+        self, width: int, groups: list[tuple[str | None, int]], *, dtype: str | None = None
+    ) -> None:
+        self.width = width
+        self.dtype = dtype
+        parts = tuple(
+            LogicalWeight(
+                f"{name}.weight" if name else f"ones_{i}",
+                (width,),
+                "norm",
+                source=f"{name}.weight" if name else None,
+                fill=None if name else 1.0,
+                repeat=count,
+            )
+            for i, (name, count) in enumerate(groups)
+        )
+        heads = sum(count for _, count in groups)
+        self.weight = Param((heads, width), "norm", parts=parts, dtype=dtype)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        normed = rms_norm(ctx, x, None, self.width, dtype=self.dtype)
+        return ctx.op.Mul(normed, ctx.param(self.weight.name))
+
+
+class FusedLinear(Module):
+    """Sibling linears of one input as one MatMul (or MatMulNBits): ``x @ [W_1; W_2; ...].T``.
+
+    The checkpoint keeps ``W_1, W_2, ...`` apart; the fused weight concatenates them along
+    the output axis and is read part by part (quantizing per output row commutes with the
+    concatenation, so the bytes equal the separate weights').
+
+    Args:
+        in_features: The shared input width.
+        parts: ``(sibling linear name, out_features)`` in output order; a name may repeat.
+    """
+
+    def __init__(self, in_features: int, parts: list[tuple[str, int]]) -> None:
+        self.widths = tuple(width for _, width in parts)
+        fused = tuple(
+            LogicalWeight(f"{name}.weight", (width, in_features), "linear", source=f"{name}.weight")
+            for name, width in parts
+        )
+        self.weight = Param((sum(self.widths), in_features), "linear", parts=fused)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+        return linear(ctx, x, self.weight.name)
 
 
 class GatedMLP(Module):
-    """``down(act(gate(x)) * up(x))``, Gemma's MLP."""
+    """``down(act(gate(x)) * up(x))``, Gemma's MLP; ``fused`` computes gate and up as one
+    projection (:class:`FusedLinear`) and splits its output."""
 
-    def __init__(self, hidden: int, intermediate: int, activation: str) -> None:
+    def __init__(
+        self, hidden: int, intermediate: int, activation: str, *, fused: bool = False
+    ) -> None:
         self.activation = activation
-        self.gate_proj = Linear(hidden, intermediate)
-        self.up_proj = Linear(hidden, intermediate)
+        self._fused = fused
+        if fused:
+            self.gate_up_proj = FusedLinear(
+                hidden, [("gate_proj", intermediate), ("up_proj", intermediate)]
+            )
+        else:
+            self.gate_proj = Linear(hidden, intermediate)
+            self.up_proj = Linear(hidden, intermediate)
         self.down_proj = Linear(intermediate, hidden)
 
     def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
-        gate = gelu(ctx, self.gate_proj(ctx, x), self.activation)
-        return self.down_proj(ctx, ctx.op.Mul(gate, self.up_proj(ctx, x)))
+        if self._fused:
+            both = self.gate_up_proj(ctx, x)
+            gate, up = ctx.op.Split(both, axis=-1, num_outputs=2, _outputs=2)
+        else:
+            gate, up = self.gate_proj(ctx, x), self.up_proj(ctx, x)
+        return self.down_proj(ctx, ctx.op.Mul(gelu(ctx, gate, self.activation), up))

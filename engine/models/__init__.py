@@ -56,10 +56,11 @@ def model_summary(spec: ModelSpec) -> dict[str, Any]:
     options = ExportOptions().resolve()
     # Checkpoint keys, so a table two sessions read (a tied token embedding) counts once.
     sizes = {
-        w.source: math.prod(w.shape)
+        part.source: math.prod(part.shape)
         for session in sessions_for(spec, options, 1)
         for w in session.weights()
-        if w.source is not None
+        for part in (w.parts or (w,))
+        if part.source is not None
     }
     summary = spec.summary()
     return {"name": summary.pop("name"), "parameters": sum(sizes.values()), **summary}

@@ -56,12 +56,15 @@ def rope_cache(spec: ModelSpec, name: str, length: int) -> np.ndarray:
     return cos if part.startswith("cos") else sin
 
 
-def rope_cache_rows(spec: ModelSpec, name: str, start: int, stop: int) -> np.ndarray:
+def rope_cache_rows(
+    spec: ModelSpec, name: str, start: int, stop: int, cols: int | None = None
+) -> np.ndarray:
     """Rows ``[start, stop)`` (positions) of :func:`rope_cache`, computed alone: the same
-    float32 arithmetic as ``RopeSpec.cos_sin``, element by element."""
+    float32 arithmetic as ``RopeSpec.cos_sin``, element by element. ``cols``: only the
+    leading columns (a cache that keeps just the rotated frequency pairs)."""
     _, kind, part = name.split(".")
     head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-    inv = spec.rope[kind].inv_freq(head_dim).astype(np.float32)  # type: ignore[index]
+    inv = spec.rope[kind].inv_freq(head_dim).astype(np.float32)[:cols]  # type: ignore[index]
     angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
     return (np.cos(angles) if part.startswith("cos") else np.sin(angles)).astype(np.float32)
 
@@ -164,7 +167,8 @@ class TensorFactory:
             for begin in range(0, length, step):
                 self.cancel.raise_if_cancelled()
                 end = min(length, begin + step)
-                rows = rope_cache_rows(self.plan.spec, weight.name, begin, end)
+                cols = weight.weight.shape[-1]
+                rows = rope_cache_rows(self.plan.spec, weight.name, begin, end, cols)
                 yield {"weight": rows.astype(target, copy=False)}
             return
         if weight.storage == "float_t":

@@ -33,6 +33,76 @@ class WeightSource(Protocol):
     ) -> np.ndarray: ...
 
 
+class PartReader(Protocol):
+    def __call__(
+        self,
+        weight: LogicalWeight,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None = None,
+    ) -> np.ndarray: ...
+
+
+def read_fused(
+    weight: LogicalWeight,
+    axis: int,
+    start: int,
+    stop: int,
+    read_part: PartReader,
+    rows: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """A slice of a fused weight, assembled from its parts (concatenated along axis 0).
+
+    Only the parts the wanted rows overlap are read, each over just the overlapping rows:
+    the rows ``start:stop`` of a row slice, or ``rows`` (all when None) of a column slice
+    (``axis`` > 0). So a fused weight streams in row chunks like an ordinary one. A part
+    one rank below the weight is one row per ``repeat``.
+    """
+    rank = len(weight.shape)
+    first, last = (start, stop) if axis == 0 else (rows or (0, weight.shape[0]))
+    chunks = []
+    offset = 0
+    for part in weight.parts:
+        count = part.part_rows(rank)
+        lo, hi = max(first, offset) - offset, min(last, offset + count) - offset
+        offset += count
+        if lo < hi:
+            part_rows = None if rows is None else (lo, hi)
+            chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, part_rows, read_part))
+    return np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+
+
+def _part_rows(
+    part: LogicalWeight,
+    rank: int,
+    axis: int,
+    start: int,
+    stop: int,
+    lo: int,
+    hi: int,
+    rows: tuple[int, int] | None,
+    read_part: PartReader,
+) -> np.ndarray:
+    """Rows ``lo:hi`` of one part's stacked copies (columns ``start:stop`` when axis > 0;
+    ``rows`` passes ``lo:hi`` on to a column read that was given rows)."""
+    if len(part.shape) < rank:  # a row repeated ``repeat`` times
+        row = (
+            read_part(part, axis - 1, start, stop)
+            if axis > 0
+            else read_part(part, 0, 0, part.shape[0])
+        )
+        return np.broadcast_to(row, (hi - lo, *row.shape)).copy()
+    base = part.shape[0]
+    if part.repeat == 1:
+        if axis == 0:
+            return read_part(part, 0, lo, hi)
+        return read_part(part, axis, start, stop, rows=rows)
+    # Stacked copies of a small part: read it once, pick the rows.
+    whole = read_part(part, 0, 0, base) if axis == 0 else read_part(part, axis, start, stop)
+    return whole[np.arange(lo, hi) % base]
+
+
 class CheckpointSource:
     """Logical weights read from a safetensors checkpoint folder, by their ``source`` key."""
 
@@ -45,7 +115,9 @@ class CheckpointSource:
         """``needed``: every weight the export reads; ``ignorable``: checkpoint keys it may
         leave unread without complaint (towers not exported, unused tensors)."""
         self.checkpoint = Checkpoint(folder)
-        self.needed = {w.source: w for w in needed if w.source is not None}
+        self.needed = {
+            p.source: p for w in needed for p in (w.parts or (w,)) if p.source is not None
+        }
         self.ignorable = ignorable
 
     def validate(self) -> None:
@@ -98,12 +170,19 @@ class CheckpointSource:
         stop: int,
         rows: tuple[int, int] | None = None,
     ) -> np.ndarray:
+        if weight.parts:
+            return read_fused(weight, axis, start, stop, self.read, rows)
+        if weight.source is None and weight.fill is not None:
+            return _filled(weight, axis, start, stop, rows)
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
         return self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
 
     def tensor_name(self, weight: LogicalWeight) -> str:
-        """The weight's name in the checkpoint files (for messages)."""
+        """The weight's name in the checkpoint files (for messages); a fused weight's
+        parts, joined."""
+        if weight.parts:
+            return " + ".join(weight.sources) or weight.name
         return weight.source or weight.name
 
 
@@ -129,6 +208,10 @@ class RandomSource:
         stop: int,
         rows: tuple[int, int] | None = None,
     ) -> np.ndarray:
+        # A fused weight draws each part under the part's own name: the same numbers as
+        # the unfused weights wherever the row chunks fall on part boundaries.
+        if weight.parts:
+            return read_fused(weight, axis, start, stop, self.read, rows)
         shape = list(weight.shape)
         key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}"
         if shape:
@@ -150,3 +233,15 @@ class RandomSource:
         else:
             out *= 2 * self.std * 3**0.5
         return out
+
+
+def _filled(
+    weight: LogicalWeight, axis: int, start: int, stop: int, rows: tuple[int, int] | None
+) -> np.ndarray:
+    shape = list(weight.shape)
+    if shape:
+        shape[axis] = stop - start
+        if rows is not None and axis != 0:
+            shape[0] = rows[1] - rows[0]
+    assert weight.fill is not None
+    return np.full(shape, weight.fill, dtype=np.float32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +11,13 @@ import numpy as np
 def ort_greedy(
     package: Path, prompt: list[int], steps: int, providers: list[str] | None = None
 ) -> tuple[list[int], list[np.ndarray]]:
-    """Prefill ``prompt`` then ``steps`` greedy steps, growing the KV cache by Concat.
+    """Prefill ``prompt`` then ``steps`` greedy steps.
 
-    Returns generated tokens and float32 logits per step ([S, V] each).
+    The KV cache grows by Concat, or, for a package that declares
+    ``past_present_share_buffer`` (its attention writes into static buffers), is one
+    ``[1, kv_heads, max_length, head_dim]`` buffer per cache fed back each step, as
+    onnxruntime-genai shares them. Returns generated tokens and float32 logits per step
+    ([S, V] each).
     """
     import onnxruntime as ort
 
@@ -26,8 +31,11 @@ def ort_greedy(
         if "float16" in inputs[next(n for n in inputs if n.startswith("past"))].type
         else np.float32
     )
+    config = package / "genai_config.json"
+    search = json.loads(config.read_text()).get("search", {}) if config.exists() else {}
+    length = search["max_length"] if search.get("past_present_share_buffer") else 0
     past = {
-        name: np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=float_dtype)
+        name: np.zeros((1, info.shape[1], length, info.shape[3]), dtype=float_dtype)
         for name, info in inputs.items()
         if name.startswith("past_key_values")
     }

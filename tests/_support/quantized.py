@@ -5,6 +5,7 @@ dequantized transformers model a package must compute exactly."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +44,21 @@ def calm_model(model: Any, factor: float = CALM_QK) -> Any:
 
 def forced_logits(package: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
     """Next-token logits [len(tokens) + 1, V] of a package fed ``prompt`` then ``tokens`` one at a
-    time through its KV cache (teacher forcing), float32."""
+    time through its KV cache (teacher forcing), float32. A package whose attention writes
+    into static buffers (``past_present_share_buffer``) gets them, as onnxruntime-genai
+    gives them."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs = {i.name: i for i in session.get_inputs()}
     index_dtype = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
+    search = json.loads((package / "genai_config.json").read_text()).get("search", {})
+    length = search["max_length"] if search.get("past_present_share_buffer") else 0
     past = {
-        name: np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=np.float32)
+        name: np.zeros(
+            (1, info.shape[1], length, info.shape[3]),
+            dtype=np.float16 if "float16" in info.type else np.float32,
+        )
         for name, info in inputs.items()
         if name.startswith("past_key_values")
     }
@@ -190,7 +198,14 @@ def dequantized_model(model: Any, result: ExportResult, session: str = "decoder"
     params = dict(restored_model.named_parameters())
     with torch.no_grad():
         for wp, restored in exported_weights(result, session):
-            params[wp.weight.source].copy_(torch.from_numpy(restored))
+            # A fused weight (Q/K/V, gate/up) is its parts' rows, one after the other.
+            offset = 0
+            for part in wp.weight.parts or (wp.weight,):
+                rows = part.part_rows(len(wp.weight.shape)) if wp.weight.parts else len(restored)
+                if part.source is not None:
+                    block = restored[offset : offset + rows]
+                    params[part.source].copy_(torch.from_numpy(np.ascontiguousarray(block)))
+                offset += rows
     return restored_model
 
 

@@ -94,6 +94,24 @@ def test_int4_webgpu_e2b_decoder_matches_seed_order_of_magnitude():
     assert 2.5e9 < int4_tables.nbytes < 3.0e9
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_webgpu_e2b_rope_caches_are_fp32_over_the_rotated_pairs(dtype: str):
+    """The static-buffer lowering's RoPE caches: fp32 whatever the package's dtype, only
+    the frequency pairs that rotate (all 128 sliding, 64 of a full layer's 256), so they
+    take the bytes of fp16 full-width caches: 192 MiB at E2B's 131,072 positions."""
+    options = ExportOptions(ep="webgpu", dtype=dtype, modalities=TEXT)
+    decoder = plan(load_preset("gemma4-e2b"), options).decoder
+    caches = {wp.name: wp for wp in decoder.weights if wp.weight.role == "rope_cache"}
+    shapes = {name: (wp.weight.shape, wp.dtype) for name, wp in caches.items()}
+    assert shapes == {
+        **{f"rope.sliding.{p}_cache": ((131072, 128), "fp32") for p in ("cos", "sin")},
+        **{f"rope.full.{p}_cache": ((131072, 64), "fp32") for p in ("cos", "sin")},
+    }
+    assert sum(wp.nbytes for wp in caches.values()) == 192 * MiB
+    cpu = plan(load_preset("gemma4-e2b"), ExportOptions(ep="cpu", modalities=TEXT)).decoder
+    assert cpu.weight("rope.full.cos_cache").weight.shape == (131072, 256)
+
+
 def test_quantization_errors_before_any_work():
     spec = load_preset("gemma4-tiny")
     with pytest.raises(OptionsError, match="power of two"):

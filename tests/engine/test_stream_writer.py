@@ -108,6 +108,19 @@ def test_rope_rows_match_the_whole_cache():
         np.testing.assert_array_equal(rows, whole)
 
 
+def test_rotated_rope_columns_padded_are_the_whole_cache():
+    """A cache of only the rotated pairs (WebGPU's), padded with cos 1 / sin 0 as the graph
+    does, is the full-width cache."""
+    spec = load_preset("gemma4-e2b")
+    rotated = spec.rope["full"].rotated_pairs(512)
+    assert rotated == 64
+    for name, fill in (("rope.full.cos_cache", 1.0), ("rope.full.sin_cache", 0.0)):
+        whole = rope_cache(spec, name, 300)
+        rows = rope_cache_rows(spec, name, 0, 300, cols=rotated)
+        padded = np.pad(rows, ((0, 0), (0, whole.shape[1] - rotated)), constant_values=fill)
+        np.testing.assert_array_equal(padded, whole)
+
+
 def test_checkpoint_reads_a_block_of_a_column_slice(tmp_path: Path):
     from safetensors.numpy import save_file
 

@@ -9,10 +9,9 @@ a device buffer updated in place, without capture the mask is [1, total].
 References are the CPU package of the same model (``--ep cpu``: int64 inputs,
 local_window_size, Concat-grown KV) run with tests/_support/ort_loop.py.
 
-Every model here has a sliding window shorter than the run (prompt + decode steps).
-The prompt has 8 tokens: on lavapipe, GroupQueryAttention's flash-attention prefill is wrong
-once the total length exceeds 8 (subgroup size 8; tests/webgpu/README.md), and the current
-lowering uses GQA's output for full-attention layers.
+Every model here has a sliding window shorter than the run (prompt + decode steps). The
+WebGPU lowering has no GroupQueryAttention (engine/graph/static_attention.py); prompts of
+8 and 12 tokens are both run (GQA's flash prefill was wrong past 8 tokens on lavapipe).
 
 The environment is required, not optional: without it these tests FAIL and say how to make
 it (EXPORT_STUDIO_WEBGPU_PYTHON or <repo>/.venv-webgpu/bin/python).
@@ -300,9 +299,9 @@ def _assert_capture_equal(report: dict[str, Any], ref_tokens: list[int], steps: 
 def test_capture_past_lavapipe_flash_limit(
     case: Case, webgpu_env: Path, cpu_reference, tmp_path: Path
 ):
-    """The engine's WebGPU lowering (GQA only writes the KV cache; attention is explicit
-    over the static KV buffer): a 12-token prompt (past lavapipe's flash-prefill limit of
-    8) and 20 decode steps, every run mode, on the WebGPU EP, against the CPU package."""
+    """The engine's WebGPU lowering (static buffers, no GroupQueryAttention): a 12-token
+    prompt (past the 8 tokens where lavapipe's GQA flash prefill went wrong) and 20 decode
+    steps, every run mode, on the WebGPU EP, against the CPU package."""
     report = run_webgpu(
         webgpu_env, _run_args(case.webgpu, LONG_PROMPT, LONG_STEPS, tmp_path), tmp_path / "r.json"
     )

@@ -495,7 +495,9 @@ def _greedy(
     # Decode: one binding with fixed device buffers, updated in place each step.
     step_ids = buffers.new(np.zeros((1, 1), dtype=index_dtype))
     step_mask = buffers.new(mask_array(total + 1)) if mask_mode == "static" else None
-    step_logits = buffers.new(np.zeros((1, 1, vocab), dtype=float_dtype))
+    logits_type = session.get_outputs()[outputs.index("logits")].type
+    logits_dtype = np.float16 if "float16" in logits_type else np.float32
+    step_logits = buffers.new(np.zeros((1, 1, vocab), dtype=logits_dtype))
     decode_io = session.io_binding()
     _KEEP.append(decode_io)
     if step_mask is not None:

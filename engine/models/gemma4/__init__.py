@@ -18,7 +18,8 @@ def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[
     ties = {"lm_head.weight": "embed_tokens.weight"} if spec.tie_word_embeddings else {}
     modalities = exported_modalities(spec, options)
     if modalities == ("text",):
-        decoder = TextDecoder(spec, max_length).bind(source=spec.weight_prefix)
+        decoder = TextDecoder(spec, max_length, options=options)
+        decoder.bind(source=spec.weight_prefix)
         return (Session("decoder", "model.onnx", decoder, ties),)
     out = []
     if "vision" in modalities:
@@ -32,7 +33,8 @@ def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[
         tower = AudioTower(spec).bind(source="model.")
         out.append(Session("speech", "speech.onnx", tower, never_captured=_PER_CLIP))
     embedding = EmbeddingSession(spec, modalities).bind(source=spec.weight_prefix)
-    decoder = TextDecoder(spec, max_length, embeds_in=True).bind(source=spec.weight_prefix)
+    decoder = TextDecoder(spec, max_length, embeds_in=True, options=options)
+    decoder.bind(source=spec.weight_prefix)
     out += [
         Session("embedding", "embedding.onnx", embedding, never_captured=_PER_STEP),
         Session("decoder", "decoder.onnx", decoder, ties),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
 from engine.graph import attention as attn
+from engine.graph import static_attention as sattn
 from engine.graph.components import (
     embedding,
     gather_rows,
@@ -22,30 +22,61 @@ from engine.graph.components import (
     scale_rows,
     skip_rms_norm,
     softcap,
+    split_even,
 )
 from engine.graph.context import BuildContext
-from engine.graph.modules import Embedding, GatedMLP, Linear, Module, Param, RMSNorm
+from engine.graph.modules import (
+    Embedding,
+    FusedLinear,
+    GatedMLP,
+    HeadNorm,
+    Linear,
+    Module,
+    Param,
+    RMSNorm,
+)
 from engine.models.gemma4.moe import MoeBlock
+from engine.options import ExportOptions
 from engine.spec import AttentionKind, LayerSpec, ModelSpec
 
 
 class Attention(Module):
-    """Self-attention of one layer: q/k/v projections with their norms, o_proj."""
+    """Self-attention of one layer: q/k/v projections with their norms, o_proj.
 
-    def __init__(self, spec: ModelSpec, layer: LayerSpec) -> None:
+    ``static``: the static-buffer lowering (:mod:`engine.graph.static_attention`); a
+    KV-owning layer then projects q, k and v as one MatMul (``qkv_proj``) and norms all
+    their heads at once (``qkv_norm``), in the fp32 of the attention core.
+    """
+
+    def __init__(self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False) -> None:
         h, heads, dim = spec.hidden_size, spec.num_attention_heads, layer.head_dim
-        kv_width = layer.num_kv_heads * dim
+        kv, kv_width = layer.num_kv_heads, layer.num_kv_heads * dim
         self._layer = layer
-        self.q_proj = Linear(h, heads * dim)
-        self.q_norm = RMSNorm(dim)
-        if layer.owns_kv:
-            self.k_proj = Linear(h, kv_width)
-            self.v_proj = None if layer.k_eq_v else Linear(h, kv_width)
-            self.k_norm = RMSNorm(dim)
-        self.v_norm = RMSNorm(dim, scale=False)
+        self._static = static
+        if static and layer.owns_kv:
+            value = "k_proj" if layer.k_eq_v else "v_proj"
+            self.qkv_proj = FusedLinear(
+                h, [("q_proj", heads * dim), ("k_proj", kv_width), (value, kv_width)]
+            )
+            self.qkv_norm = HeadNorm(
+                dim, [("q_norm", heads), ("k_norm", kv), (None, kv)], dtype=sattn.CORE_DTYPE
+            )
+        elif static:
+            self.q_proj = Linear(h, heads * dim)
+            self.q_norm = RMSNorm(dim, dtype=sattn.CORE_DTYPE)
+        else:
+            self.q_proj = Linear(h, heads * dim)
+            self.q_norm = RMSNorm(dim)
+            if layer.owns_kv:
+                self.k_proj = Linear(h, kv_width)
+                self.v_proj = None if layer.k_eq_v else Linear(h, kv_width)
+                self.k_norm = RMSNorm(dim)
+            self.v_norm = RMSNorm(dim, scale=False)
         self.o_proj = Linear(heads * dim, h)
 
     def __call__(self, ctx: BuildContext, x: ir.Value, state: _DecoderState) -> ir.Value:
+        if self._static:
+            return self.o_proj(ctx, self._static_attention(ctx, x, state))
         op, spec, layer = ctx.op, ctx.spec, self._layer
         heads, kv_heads, dim = spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
 
@@ -74,19 +105,40 @@ class Attention(Module):
             state.presents[layer.index] = (present_key, present_value)
         return self.o_proj(ctx, out)
 
+    def _static_attention(self, ctx: BuildContext, x: ir.Value, state: _DecoderState) -> ir.Value:
+        op, layer = ctx.op, self._layer
+        inputs = state.static
+        assert inputs is not None
+        if layer.owns_kv:
+            heads = ctx.spec.num_attention_heads + 2 * layer.num_kv_heads
+            qkv = op.Reshape(self.qkv_proj(ctx, x), ctx.ints([0, 0, heads, layer.head_dim]))
+            normed = self.qkv_norm(ctx, sattn.to_core(ctx, qkv))
+            past_key, past_value = state.past[ctx.spec.kv_cache_index(layer.index)]
+            out, present_key, present_value = sattn.owner(
+                ctx, layer, inputs, normed, past_key, past_value
+            )
+            state.presents[layer.index] = (present_key, present_value)
+            return out
+        heads = ctx.spec.num_attention_heads
+        query = op.Reshape(self.q_proj(ctx, x), ctx.ints([0, 0, heads, layer.head_dim]))
+        query = sattn.shared_query(ctx, layer, inputs, self.q_norm(ctx, sattn.to_core(ctx, query)))
+        return sattn.attend(ctx, layer, inputs, query, layer.kv_source)
+
 
 class DecoderLayer(Module):
     """One Gemma 4 decoder layer (attention, MLP and the experts beside it, per-layer input
     gate, layer scalar)."""
 
-    def __init__(self, spec: ModelSpec, layer: LayerSpec) -> None:
+    def __init__(
+        self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
+    ) -> None:
         h = spec.hidden_size
         self._index = layer.index
         self.input_layernorm = RMSNorm(h)
-        self.self_attn = Attention(spec, layer)
+        self.self_attn = Attention(spec, layer, static=static)
         self.post_attention_layernorm = RMSNorm(h)
         self.pre_feedforward_layernorm = RMSNorm(h)
-        self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation)
+        self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
         self.moe = MoeBlock(spec, layer) if layer.moe is not None else None
         self.post_feedforward_layernorm = RMSNorm(h)
         if spec.has_ple:
@@ -145,20 +197,18 @@ class PerLayerInputs(Module):
         return op.Mul(op.Add(self._projected(ctx, embeds), rows), ctx.scalar(0.5**0.5))
 
     def per_layer(self, ctx: BuildContext, ids: ir.Value, embeds: ir.Value) -> list[ir.Value]:
-        """One [B, S, D] input per layer, gathered with a constant index (no Slice /
-        Squeeze, which graph capture dislikes). A table split into per-layer pieces is
-        gathered piece by piece."""
+        """One [B, S, D] input per layer. A table split into per-layer pieces is gathered
+        piece by piece and the rows concatenated, so the arithmetic runs once over all
+        layers; the result is split per layer without Slice / Squeeze (graph capture)."""
         op, spec = ctx.op, ctx.spec
         table = ctx.weight(self.embed_tokens_per_layer.weight.name)
         if table.split_axis == 1 and len(table.pieces) == spec.num_layers:
-            projected = self._projected(ctx, embeds)
-            root_half = ctx.scalar(0.5**0.5)
-            out = []
-            for i in range(spec.num_layers):
-                rows = scale_rows(ctx, gather_rows(ctx, table, ids, i), table)
-                proj_i = op.Gather(projected, layer_index(ctx, i), axis=2)
-                out.append(op.Mul(op.Add(proj_i, rows), root_half))
-            return out
+            width = spec.num_layers * spec.ple_dim
+            pieces = [gather_rows(ctx, table, ids, i) for i in range(spec.num_layers)]
+            rows = scale_rows(ctx, op.Concat(*pieces, axis=-1), table)
+            projected = op.Reshape(self._projected(ctx, embeds), ctx.ints([0, 0, width]))
+            combined = op.Mul(op.Add(projected, rows), ctx.scalar(0.5**0.5))
+            return split_even(ctx, combined, spec.num_layers, spec.ple_dim)
         return split_layers(ctx, self.combined(ctx, ids, embeds))
 
     def _projected(self, ctx: BuildContext, embeds: ir.Value) -> ir.Value:
@@ -169,29 +219,38 @@ class PerLayerInputs(Module):
         return self.per_layer_projection_norm(ctx, projected)
 
 
-def layer_index(ctx: BuildContext, i: int) -> ir.Value:
-    return ctx.const(np.array(i, dtype=np.int64), name=f"index_{i}")
-
-
 def split_layers(ctx: BuildContext, combined: ir.Value) -> list[ir.Value]:
     """[B, S, L, D] -> L values of [B, S, D]."""
-    layers = ctx.spec.num_layers
-    return [ctx.op.Gather(combined, layer_index(ctx, i), axis=2) for i in range(layers)]
+    spec = ctx.spec
+    flat = ctx.op.Reshape(combined, ctx.ints([0, 0, spec.num_layers * spec.ple_dim]))
+    return split_even(ctx, flat, spec.num_layers, spec.ple_dim)
 
 
 class RopeCaches(Module):
-    """cos / sin caches per attention kind: computed, not read."""
+    """cos / sin caches per attention kind: computed, not read; ``dtype`` as :class:`Param`.
 
-    def __init__(self, spec: ModelSpec, max_length: int) -> None:
+    ``rotated_only``: keep just the columns of the frequency pairs that rotate (a quarter
+    of a proportional-RoPE full layer's); the graph pads the rows it gathers.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        max_length: int,
+        dtype: str | None = None,
+        *,
+        rotated_only: bool = False,
+    ) -> None:
         for kind in attention_kinds(spec):
             head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-            setattr(self, kind, _CosSin(max_length, head_dim // 2))
+            cols = spec.rope[kind].rotated_pairs(head_dim) if rotated_only else head_dim // 2
+            setattr(self, kind, _CosSin(max_length, cols, dtype))
 
 
 class _CosSin(Module):
-    def __init__(self, rows: int, cols: int) -> None:
-        self.cos_cache = Param((rows, cols), "rope_cache", computed=True)
-        self.sin_cache = Param((rows, cols), "rope_cache", computed=True)
+    def __init__(self, rows: int, cols: int, dtype: str | None) -> None:
+        self.cos_cache = Param((rows, cols), "rope_cache", computed=True, dtype=dtype)
+        self.sin_cache = Param((rows, cols), "rope_cache", computed=True, dtype=dtype)
 
 
 def attention_kinds(spec: ModelSpec) -> list[AttentionKind]:
@@ -208,21 +267,37 @@ class TextDecoder(Module):
 
     ``embeds_in=True`` is the multimodal decoder: it takes ``inputs_embeds`` (and the
     per-layer inputs) from the embedding session; it keeps the token table only when the
-    LM head is tied to it.
+    LM head is tied to it. ``options`` choose the attention lowering and fused
+    projections (the EP's flags); None = the engine's defaults.
     """
 
-    def __init__(self, spec: ModelSpec, max_length: int, *, embeds_in: bool = False) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        max_length: int,
+        *,
+        embeds_in: bool = False,
+        options: ExportOptions | None = None,
+    ) -> None:
         h = spec.hidden_size
+        options = (options or ExportOptions()).resolve()
+        static_kv = attn.uses_static_buffers(spec, options)
+        fuse = options.caps.fuse_projections
         self._embeds_in = embeds_in
         if not embeds_in or spec.tie_word_embeddings:
             self.embed_tokens = Embedding(spec.vocab_size, h, scale=h**0.5)
         if spec.has_ple and not embeds_in:
             self.per_layer = PerLayerInputs(spec)
-        self.layers = [DecoderLayer(spec, layer) for layer in spec.layers]
+        self.layers = [
+            DecoderLayer(spec, layer, static=static_kv, fuse=fuse) for layer in spec.layers
+        ]
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:
             self.lm_head = Embedding(spec.vocab_size, h, role="lm_head").at("lm_head.")
-        self.rope = RopeCaches(spec, max_length)
+        if static_kv:  # fp32 and only the rotated columns: fp16's bytes, fp32's precision
+            self.rope = RopeCaches(spec, max_length, sattn.CORE_DTYPE, rotated_only=True)
+        else:
+            self.rope = RopeCaches(spec, max_length)
 
     def build(self, ctx: BuildContext) -> None:
         """Inputs, layers and outputs of the decoder graph."""
@@ -265,8 +340,8 @@ class TextDecoder(Module):
                 "total_sequence_length",
                 layer_spec.head_dim,
             ]
-            ctx.output(key, f"present.{cache}.key", ctx.dtype, kv_shape)
-            ctx.output(value, f"present.{cache}.value", ctx.dtype, kv_shape)
+            ctx.output(key, f"present.{cache}.key", state.kv_dtype, kv_shape)
+            ctx.output(value, f"present.{cache}.value", state.kv_dtype, kv_shape)
 
 
 @dataclass
@@ -278,9 +353,14 @@ class _DecoderState:
     past: list[tuple[ir.Value, ir.Value]]
     presents: dict[int, tuple[ir.Value, ir.Value]]
     use_gqa: bool
+    static: sattn.StaticInputs | None
+    kv_dtype: ir.DataType
 
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
+        self.use_gqa = ctx.plan.uses_gqa
+        static_kv = self.use_gqa and ctx.caps.explicit_attention_over_cache
+        self.kv_dtype = sattn.KV_DTYPE if static_kv else ctx.dtype
         self.past = []
         for cache, layer in enumerate(spec.kv_layers):
             shape: list[int | str] = [
@@ -291,11 +371,17 @@ class _DecoderState:
             ]
             self.past.append(
                 (
-                    ctx.input(f"past_key_values.{cache}.key", ctx.dtype, shape),
-                    ctx.input(f"past_key_values.{cache}.value", ctx.dtype, shape),
+                    ctx.input(f"past_key_values.{cache}.key", self.kv_dtype, shape),
+                    ctx.input(f"past_key_values.{cache}.value", self.kv_dtype, shape),
                 )
             )
-        self.use_gqa = ctx.plan.uses_gqa
+        self.presents = {}
+        self.static = None
+        if static_kv:
+            self.inputs = attn.AttentionInputs(input_ids=tokens)
+            rope = {kind: attn.rope_caches(ctx, kind) for kind in attention_kinds(spec)}
+            positions = attn.query_positions(ctx, tokens, attention_mask)
+            self.static = sattn.static_inputs(ctx, positions, rope)
+            return
         make_inputs = attn.gqa_inputs if self.use_gqa else attn.standard_inputs
         self.inputs = make_inputs(ctx, tokens, attention_mask)
-        self.presents = {}

@@ -1,0 +1,285 @@
+"""The capture-safe attention lowering over static KV buffers, for EPs with
+``explicit_attention_over_cache`` (WebGPU).
+
+What onnxruntime-webgpu 1.27 allows, measured on lavapipe with one-op models
+(tests/webgpu/gqa_cases.py, tests/webgpu/README.md): under graph capture
+GroupQueryAttention is right only as a KV owner with neither window nor bias
+(``local_window_size`` gives wrong outputs, a static ``attention_bias`` is refused, a
+KV-shared node fails to dispatch); its fp16 attention keeps scores in fp16, which Gemma
+4's scale 1.0 over RMS-normed q/k makes large (0.02-0.04 output error where fp32 is at
+1e-6); its fp32 prefill cannot build a pipeline at head size 512 (64 KiB of workgroup
+storage) and its non-flash path refuses capture. fp16 MatMul accumulates in fp16. So this
+lowering uses no GroupQueryAttention and keeps attention in fp32:
+
+* the new tokens' positions come from the mask's values (no Shape); RotaryEmbedding gets
+  their rows of fp32 cos / sin caches and int64 ids 0..S-1 into them from an ArgMax
+  (the device has no other int64 producer);
+* a KV-owning layer projects Q/K/V as one MatMul and norms every head at once (the
+  caller does both), rotates q and k together, and writes k and v into the shared
+  ``[B, kv, L, D]`` buffers with ScatterElements, in place (present is bound to past's
+  buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
+  fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
+  (onnxruntime-genai allocates every cache in the type of the first past input);
+* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (an Einsum over the head
+  dimension for the scores, so K is never transposed) over a gathered window of
+  ``W + S - 1`` slots for sliding layers (their cost never depends on the buffer) and over
+  the whole buffer for full layers;
+* the K / V a KV owner prepares (a window gathered, V shaped for its MatMul) are reused by
+  every KV-shared layer reading its cache.
+
+Shapes are static under capture (batch 1), every op stays on the device. The buffers'
+unwritten slots must be finite (WebGPU zero-initializes buffers): probabilities of 0
+multiply them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from engine.graph.context import BuildContext
+from engine.spec import AttentionKind, LayerSpec
+
+F32 = ir.DataType.FLOAT
+CORE_DTYPE = "fp32"
+"""Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V)."""
+KV_DTYPE = F32
+"""Dtype of the KV buffers (the core's)."""
+
+
+@dataclass
+class StaticInputs:
+    """Values every layer reads, computed once per graph."""
+
+    positions: ir.Value
+    """float32 [B, S]: positions of the new tokens (batch 1 under capture)."""
+    slots: ir.Value
+    """int32 [B, S]: the same, as KV buffer slots."""
+    position_ids: ir.Value
+    """int64 [B, S]: 0..S-1, the new tokens' rows in ``rope``, for RotaryEmbedding."""
+    rope: dict[AttentionKind, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    """fp32 cos / sin rows [S, D / 2] of the new tokens, per attention kind."""
+    scatter_index: dict[tuple[int, int], ir.Value] = field(default_factory=dict)
+    window: tuple[ir.Value, ir.Value] | None = None
+    """Sliding layers: the window's buffer slots (int32 [n]) and key positions ([B, n])."""
+    buffer_positions: ir.Value | None = None
+    """Full layers: key positions 0..L-1 [B, L] of the KV buffer."""
+    bias: dict[tuple[AttentionKind, int], ir.Value] = field(default_factory=dict)
+    prepared: dict[int, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
+    """KV owner's layer index -> (K, V), ready for the score Einsum and the value MatMul."""
+
+
+def _const(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
+    return ctx.const(np.array(value, dtype=dtype), name=name)
+
+
+def to_core(ctx: BuildContext, x: ir.Value) -> ir.Value:
+    """``x`` in the core's fp32 (no node in an fp32 package)."""
+    return x if ctx.dtype == F32 else ctx.op.Cast(x, to=F32)
+
+
+def static_inputs(
+    ctx: BuildContext,
+    positions: ir.Value,
+    caches: dict[AttentionKind, tuple[ir.Value, ir.Value]],
+) -> StaticInputs:
+    """Position ids and RoPE rows; ``positions`` are float32 [B, S] from the mask.
+
+    The caches are fp32 and hold only the frequency pairs that rotate (fp16 caches cost
+    the fp16 graph 0.0988 -> 0.104 mean max |logit diff| and 94 -> 89 of 100 top-1 at
+    E2B's head sizes; trimmed fp32 ones take fp16's full-width bytes). RotaryEmbedding gets
+    the new tokens' rows, padded with cos 1 / sin 0 to the full width, and ids 0..S-1 into
+    them (batch 1). The ids are int64, which only ArgMax makes on the device:
+    ``ArgMax(Equal(p_i, p_j))`` over the S new positions, so a decode step costs one
+    element, not one per position of the context.
+    """
+    op = ctx.op
+    slots = op.Cast(positions, to=ir.DataType.INT32)  # [B, S]
+    hits = op.Equal(op.Unsqueeze(positions, ctx.ints([2])), op.Unsqueeze(positions, ctx.ints([1])))
+    ids = op.ArgMax(op.Cast(hits, to=F32), axis=-1, keepdims=0)  # [B, S]: 0..S-1
+    rows = op.Gather(slots, _const(ctx, 0, np.int64, "index_0"))  # [S], batch 1
+    rope = {}
+    for kind, (cos, sin) in caches.items():
+        layer = next(layer for layer in ctx.spec.layers if layer.attention == kind)
+        missing = layer.head_dim // 2 - ctx.spec.rope[kind].rotated_pairs(layer.head_dim)
+        pair = []
+        for cache, fill, label in ((cos, 1.0, "one_f32"), (sin, 0.0, "zero_f32")):
+            picked = op.Gather(cache, rows, axis=0)  # [S, rotated]
+            if missing:
+                pads = ctx.const(np.array([0, 0, 0, missing], np.int64), name=f"pad_{missing}")
+                picked = op.Pad(picked, pads, _const(ctx, fill, np.float32, label))
+            pair.append(picked)
+        rope[kind] = (pair[0], pair[1])
+    return StaticInputs(positions=positions, slots=slots, position_ids=ids, rope=rope)
+
+
+def _scatter_index(ctx: BuildContext, inputs: StaticInputs, kv: int, dim: int) -> ir.Value:
+    """int32 [B, kv, S, D]: every element of a new token's K/V goes to its position's slot."""
+    key = (kv, dim)
+    if key not in inputs.scatter_index:
+        op = ctx.op
+        slots = op.Reshape(inputs.slots, ctx.ints([0, 1, -1, 1]))
+        zeros = ctx.const(np.zeros((1, kv, 1, dim), np.int32), name=f"zeros_i32_{kv}x{dim}")
+        inputs.scatter_index[key] = op.Add(slots, zeros)
+    return inputs.scatter_index[key]
+
+
+def _window(ctx: BuildContext, inputs: StaticInputs) -> tuple[ir.Value, ir.Value]:
+    """The slots a sliding layer reads: positions p0 - (W - 1) .. p0 + S - 1, where p0 is the
+    first new token's position (W - 1 + S slots; those before 0 are clamped and masked)."""
+    if inputs.window is None:
+        op = ctx.op
+        width = min(ctx.spec.sliding_window, ctx.plan.context_length) - 1
+        first = op.Gather(inputs.positions, ctx.ints([0]), axis=1)  # [B, 1]
+        start = op.Sub(first, _const(ctx, float(width), np.float32, f"window_{width}_f32"))
+        behind = op.Add(
+            ctx.const(np.arange(width, dtype=np.float32)[None], name="window_steps"), start
+        )
+        key_positions = op.Concat(behind, inputs.positions, axis=1)  # [B, W - 1 + S]
+        clamped = op.Clip(key_positions, _const(ctx, 0.0, np.float32, "zero_f32"))
+        slots = op.Reshape(op.Cast(clamped, to=ir.DataType.INT32), ctx.ints([-1]))  # batch 1
+        inputs.window = (slots, key_positions)
+    return inputs.window
+
+
+def _bias(
+    ctx: BuildContext, inputs: StaticInputs, kind: AttentionKind, key_positions: ir.Value, rank: int
+) -> ir.Value:
+    """Additive fp32 mask [B, S, 1(, 1), T]: causal, within the window for sliding layers,
+    never a slot before position 0."""
+    if (kind, rank) not in inputs.bias:
+        op = ctx.op
+        zero = _const(ctx, 0.0, np.float32, "zero_f32")
+        distance = op.Sub(
+            op.Unsqueeze(inputs.positions, ctx.ints([2])),
+            op.Unsqueeze(key_positions, ctx.ints([1])),
+        )  # [B, S, T]
+        allowed = op.GreaterOrEqual(distance, zero)
+        if kind == "sliding":
+            window = _const(ctx, float(ctx.spec.sliding_window), np.float32, "window_f32")
+            allowed = op.And(allowed, op.Less(distance, window))
+            real = op.GreaterOrEqual(op.Unsqueeze(key_positions, ctx.ints([1])), zero)
+            allowed = op.And(allowed, real)
+        lowest = _const(ctx, float(np.finfo(np.float32).min), np.float32, "min_f32")
+        bias = op.Where(allowed, zero, lowest)
+        inputs.bias[(kind, rank)] = op.Unsqueeze(bias, ctx.ints(list(range(2, rank - 1))))
+    return inputs.bias[(kind, rank)]
+
+
+def _buffer_positions(ctx: BuildContext, keys: ir.Value) -> ir.Value:
+    """Key positions 0..L-1 [B, L] of a KV buffer, read from its values (NaN-safe), not Shape."""
+    op = ctx.op
+    index_0 = _const(ctx, 0, np.int64, "index_0")
+    row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
+    same = op.Equal(row, row)
+    ones = op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
+    axis = _const(ctx, 1, np.int32, "axis_1_i32")
+    return op.Sub(op.CumSum(ones, axis), _const(ctx, 1.0, np.float32, "one_f32"))
+
+
+# ------------------------------------------------------------------------------ layers
+
+
+def owner(
+    ctx: BuildContext,
+    layer: LayerSpec,
+    inputs: StaticInputs,
+    heads: ir.Value,
+    past_key: ir.Value,
+    past_value: ir.Value,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """A KV-owning layer. ``heads``: the normed q, k and v heads [B, S, N + 2 kv, D] in fp32.
+
+    Returns the attention output [B, S, N * D] (activation dtype) and the present K / V.
+    """
+    op = ctx.op
+    n, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+    qk, value = op.Split(heads, ctx.ints([n + kv, kv]), axis=2, _outputs=2)
+    cos, sin = inputs.rope[layer.attention]
+    rotated = ctx.ms.RotaryEmbedding(
+        op.Reshape(qk, ctx.ints([0, 0, (n + kv) * dim])),
+        inputs.position_ids,
+        cos,
+        sin,
+        num_heads=n + kv,
+        interleaved=0,
+    )
+    query, key = op.Split(rotated, ctx.ints([n * dim, kv * dim]), axis=-1, _outputs=2)
+    index = _scatter_index(ctx, inputs, kv, dim)
+    present_key = op.ScatterElements(past_key, index, _cache_layout(ctx, key, kv, dim), axis=2)
+    present_value = op.ScatterElements(
+        past_value, index, _cache_layout(ctx, value, kv, dim), axis=2
+    )
+    inputs.prepared[layer.index] = _prepare(ctx, layer, inputs, present_key, present_value)
+    return attend(ctx, layer, inputs, query, layer.index), present_key, present_value
+
+
+def shared_query(
+    ctx: BuildContext, layer: LayerSpec, inputs: StaticInputs, query: ir.Value
+) -> ir.Value:
+    """A KV-shared layer's normed q heads [B, S, N, D] (fp32), rotated: [B, S, N * D]."""
+    n, dim = ctx.spec.num_attention_heads, layer.head_dim
+    cos, sin = inputs.rope[layer.attention]
+    flat = ctx.op.Reshape(query, ctx.ints([0, 0, n * dim]))
+    return ctx.ms.RotaryEmbedding(flat, inputs.position_ids, cos, sin, num_heads=n, interleaved=0)
+
+
+def _cache_layout(ctx: BuildContext, x: ir.Value, kv: int, dim: int) -> ir.Value:
+    """New K or V ([B, S, kv * D] or [B, S, kv, D]) as the cache stores it: [B, kv, S, D]."""
+    op = ctx.op
+    if kv == 1:  # [B, S, 1, D] and [B, 1, S, D] have one memory layout
+        return op.Reshape(x, ctx.ints([0, 1, -1, dim]))
+    return op.Transpose(op.Reshape(x, ctx.ints([0, 0, kv, dim])), perm=[0, 2, 1, 3])
+
+
+def _prepare(
+    ctx: BuildContext,
+    layer: LayerSpec,
+    inputs: StaticInputs,
+    keys: ir.Value,
+    values: ir.Value,
+) -> tuple[ir.Value, ir.Value]:
+    """K [B, kv, T, D] and V a layer attends over: the sliding window's slots, or the whole
+    buffer. K is never transposed: the scores are an Einsum over D (one op, device-resident
+    8 x 4096 scores on lavapipe: 1.1-2x faster than Transpose + MatMul, never slower). V is
+    the MatMul's right-hand side: [B, 1, T, D] with one KV head (it broadcasts against
+    probabilities [B, S, N, T]), else [B, 1, kv, T, D] against [B, S, kv, G, T]."""
+    op = ctx.op
+    kv, dim = layer.num_kv_heads, layer.head_dim
+    if layer.attention == "sliding":
+        slots, _ = _window(ctx, inputs)
+        keys = op.Gather(keys, slots, axis=2)
+        values = op.Gather(values, slots, axis=2)
+    if kv > 1:
+        values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
+    if layer.attention == "full" and inputs.buffer_positions is None:
+        inputs.buffer_positions = _buffer_positions(ctx, keys)
+    return keys, values
+
+
+def attend(
+    ctx: BuildContext, layer: LayerSpec, inputs: StaticInputs, query: ir.Value, source: int
+) -> ir.Value:
+    """``softmax(q K^T + bias) V`` in fp32 for rotated q [B, S, N * D] over the K / V that
+    layer ``source`` prepared, q as [B, S, N, D] or, grouped per KV head, [B, S, kv, G, D]
+    (no transposes). Returns [B, S, N * D] in the activation dtype."""
+    op = ctx.op
+    n, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+    keys, values = inputs.prepared[source]
+    if layer.attention == "sliding":
+        _, key_positions = _window(ctx, inputs)
+    else:
+        assert inputs.buffer_positions is not None
+        key_positions = inputs.buffer_positions
+    if kv == 1:  # [B, S, N, D] against K [B, 1, T, D] (the size-1 axis is summed away)
+        shape, equation = [0, 0, n, dim], "bsnd,bkld->bsnl"
+    else:
+        shape, equation = [0, 0, kv, n // kv, dim], "bskgd,bkld->bskgl"
+    bias = _bias(ctx, inputs, layer.attention, key_positions, len(shape))
+    grouped = op.Reshape(query, ctx.ints(shape))
+    scores = op.Einsum(grouped, keys, equation=equation)  # Gemma 4's scale is 1.0
+    probs = op.Softmax(op.Add(scores, bias), axis=-1)
+    out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
+    return out if ctx.dtype == F32 else op.Cast(out, to=ctx.dtype)
