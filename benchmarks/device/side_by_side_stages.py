@@ -44,7 +44,11 @@ def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     preset = json.loads((REPO / "resources" / "presets" / f"{args.preset}.json").read_text())
-    fields = {k: v for k, v in preset.items() if not k.startswith("_") and k != "architectures"}
+    # A multimodal preset (E2B, E4B) keeps the decoder's fields under text_config: the
+    # side by side compares text decoders (what both exporters take from a CausalLM).
+    text = preset.get("text_config") or preset
+    skip = ("architectures", "model_type")
+    fields = {k: v for k, v in text.items() if not k.startswith("_") and k not in skip}
     dtype = getattr(torch, args.dtype)
     fields["dtype"] = args.dtype
     torch.manual_seed(args.seed)
