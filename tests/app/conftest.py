@@ -46,6 +46,15 @@ def _no_unanswered_dialogs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dialogs, "ask", unexpected)
 
 
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default output folders go under ~/export-studio: a package the user (or the README's
+    quick start) left there must not change what a test sees, nor a test write there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> AppSettings:
     return make_settings(tmp_path / "settings")
