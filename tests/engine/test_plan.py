@@ -173,3 +173,15 @@ def test_every_planned_buffer_fits_or_is_reported(case):
     bounds = [(p.start, p.stop) for p in wp.pieces]
     assert bounds[0][0] == 0 and bounds[-1][1] == weight.shape[axis]
     assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+
+
+def test_a_warning_about_a_table_two_sessions_hold_is_said_once():
+    """E2B with its towers: the 4-bit token table is in the embedding session and is the
+    decoder's tied head; its storage-binding warning names both sessions, once."""
+    export_plan = plan(
+        load_preset("gemma4-e2b"), ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4)
+    )
+    about_table = [w for w in export_plan.warnings if w.startswith("embed_tokens.weight ")]
+    assert len(about_table) == 1, export_plan.warnings
+    assert about_table[0].endswith("(in the embedding and decoder sessions)")
+    assert len(set(export_plan.warnings)) == len(export_plan.warnings)
