@@ -173,9 +173,29 @@ def verify(
     progress(0.6, "running the package")
     runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
     run = runner.generate(ids, steps, forced=ref_tokens, keep_logits=True, cancel=cancel)
+    logits = run.logits
+    return verdict(
+        pkg, model_dir, runner, ids, ref_tokens, ref_logits, logits, tolerance, progress, started
+    )
+
+
+def verdict(
+    pkg: Package,
+    model_dir: str | os.PathLike[str],
+    runner: Any,
+    prompt: Sequence[int],
+    ref_tokens: Sequence[int],
+    ref_logits: Sequence[np.ndarray],
+    logits: Sequence[np.ndarray],
+    tolerance: Tolerance | None,
+    progress: Progress,
+    started: float,
+) -> VerifyResult:
+    """Every step's logits checked against the reference's, judged by the tolerance for the
+    package's dtype and quantization (or the one given); ``runner`` names EP and provider."""
     checks = tuple(
         check_step(i, ref_tokens[i], ref, ours)
-        for i, (ref, ours) in enumerate(zip(ref_logits, run.logits, strict=True))
+        for i, (ref, ours) in enumerate(zip(ref_logits, logits, strict=True))
     )
     tol = tolerance or tolerance_for(pkg)
     reasons = failures(checks, tol)
@@ -187,7 +207,7 @@ def verify(
         provider=runner.provider,
         dtype=pkg.dtype,
         quantized=pkg.quantized,
-        prompt=tuple(ids),
+        prompt=tuple(int(t) for t in prompt),
         reference_tokens=tuple(ref_tokens),
         steps=checks,
         tolerance=tol,

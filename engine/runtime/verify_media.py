@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from engine.errors import PackageError, RuntimeUnavailableError
 from engine.progress import CancelToken, Progress, no_progress
 from engine.runtime.media import MediaPrompt
 from engine.runtime.package import Package, open_package
-from engine.runtime.verify import Tolerance, VerifyResult, check_step, failures, tolerance_for
+from engine.runtime.verify import Tolerance, VerifyResult, verdict
 
 
 def verify_media(
@@ -58,27 +57,9 @@ def verify_media(
     ref_tokens, ref_logits = _reference(model_dir, tensors, steps, cancel)
     progress(0.6, "running the package")
     ours = _forced(runner, inputs, ref_tokens, cancel)
-    checks = tuple(
-        check_step(i, ref_tokens[i], ref, row)
-        for i, (ref, row) in enumerate(zip(ref_logits, ours, strict=True))
-    )
-    tol = tolerance or tolerance_for(pkg)
-    reasons = failures(checks, tol)
-    progress(1.0, "done")
-    return VerifyResult(
-        package=str(pkg.path),
-        model=str(Path(model_dir).absolute()),
-        ep=runner.ep,
-        provider=runner.provider,
-        dtype=pkg.dtype,
-        quantized=pkg.quantized,
-        prompt=tuple(int(t) for t in tensors["input_ids"].reshape(-1)),
-        reference_tokens=tuple(ref_tokens),
-        steps=checks,
-        tolerance=tol,
-        passed=not reasons,
-        reasons=tuple(reasons),
-        seconds=time.perf_counter() - started,
+    prompt = tensors["input_ids"].reshape(-1)
+    return verdict(
+        pkg, model_dir, runner, prompt, ref_tokens, ref_logits, ours, tolerance, progress, started
     )
 
 
