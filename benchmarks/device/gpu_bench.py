@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stage_report import Report
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD_MODULES = ("numpy", "onnx", "onnx_ir", "onnxscript", "safetensors", "ml_dtypes")
 OPTIONAL_MODULES = ("tqdm", "onnxruntime", "onnxruntime_genai", "torch", "transformers")
@@ -42,38 +44,6 @@ VARIANTS = {
     "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
     "fp16": ["--dtype", "fp16"],
 }
-
-
-class Report:
-    """The JSON report, saved after every change."""
-
-    def __init__(self, path: Path, deadline: float) -> None:
-        self.path = path
-        self.deadline = deadline
-        self.data: dict[str, Any] = {
-            "benchmark": "gpu_bench",
-            "command": " ".join(["python3", *sys.argv]),
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "stages": {},
-        }
-        self.save()
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def stage(self, name: str, value: Any) -> None:
-        self.data["stages"][name] = value
-        self.save()
-
-    def save(self) -> None:
-        self.data["elapsed_s"] = round(time.monotonic() - STARTED, 1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str))
-        tmp.replace(self.path)
-
-
-STARTED = time.monotonic()
 
 
 def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -308,7 +278,7 @@ def main() -> None:
     parser.add_argument("--skip-cuda", action="store_true")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", REPO / "benchmarks" / "results"))
-    report = Report(out / "gpu_bench.json", time.monotonic() + args.budget_s)
+    report = Report(out / "gpu_bench.json", args.budget_s, "gpu_bench", indent=2)
     report.stage("environment", environment())
     if report.data["stages"]["environment"]["build_blockers"]:
         report.data["error"] = "missing build modules; carry their wheels (README)"

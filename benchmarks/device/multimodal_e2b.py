@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(REPO)]
 
-from webgpu_side_by_side import Child, Report, environment, folder_bytes  # noqa: E402
+from stage_report import Report  # noqa: E402
+from webgpu_side_by_side import Child, environment, folder_bytes  # noqa: E402
 
 FLAGS = {
     "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
@@ -224,8 +225,8 @@ def main() -> None:
     args.ep = args.ep or ("cpu" if args.tiny else "webgpu")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    report = Report(Path(os.environ.get("OUT") or work) / "multimodal_e2b.json", args.budget_s)
-    report.data["benchmark"] = "multimodal_e2b"
+    out = Path(os.environ.get("OUT") or work)
+    report = Report(out / "multimodal_e2b.json", args.budget_s, "multimodal_e2b")
     report.data["settings"] = dict(vars(args))
     report.stage("environment", environment(args))
     checkpoint = work / "checkpoint"

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stage_report import Report
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 STAGES = HERE / "side_by_side_stages.py"
@@ -42,37 +44,6 @@ OURS = {
     "fp16": ["--dtype", "fp16"],
     "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
 }
-STARTED = time.monotonic()
-
-
-class Report:
-    """The JSON report, saved after every stage."""
-
-    def __init__(self, path: Path, budget_s: float) -> None:
-        self.path = path
-        self.deadline = STARTED + budget_s
-        self.data: dict[str, Any] = {
-            "benchmark": "webgpu_side_by_side",
-            "command": " ".join(["python3", *sys.argv]),
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "stages": {},
-        }
-        self.save()
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def stage(self, name: str, value: Any) -> Any:
-        self.data["stages"][name] = value
-        self.save()
-        return value
-
-    def save(self) -> None:
-        self.data["elapsed_s"] = round(time.monotonic() - STARTED, 1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        tmp.replace(self.path)
 
 
 class Child:
@@ -350,7 +321,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     out = Path(os.environ.get("OUT") or work)
-    report = Report(out / "webgpu_side_by_side.json", args.budget_s)
+    report = Report(out / "webgpu_side_by_side.json", args.budget_s, "webgpu_side_by_side")
     report.data["settings"] = {k: v for k, v in vars(args).items()}
     report.stage("environment", environment(args))
     peer = peer_env(args, report)
