@@ -76,6 +76,14 @@ class EpCapabilities:
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
+    split_k: Mapping[str, int] = field(default_factory=dict)
+    """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed
+    (activation dtype -> G; absent = one MatMul): W stored [K, N] is read as [G, K / G, N]
+    (the same bytes), x [B, S, K] as [G, B, S, K / G], one batched MatMul, one ReduceSum.
+    onnxruntime-webgpu 1.27's MatMul keeps one workgroup per 32 output columns walking all
+    of K, which leaves a decode step's [1, K] x [K, N] latency-bound: on the H200, E2B's
+    [1536 -> 12288 -> 1536] MLP under capture costs 403 us as two fp16 MatMuls, 134 us
+    split in 4 (fp32: 383 us, 100 us split in 16; benchmarks/device/webgpu_ops.py)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
     max_split_outputs: int | None = None
@@ -169,6 +177,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int64_on_device=False,
             explicit_attention_over_cache=True,
             fuse_projections=True,
+            split_k={"fp16": 4, "fp32": 16},
             max_split_outputs=7,
             int64_index_ops=frozenset({"RotaryEmbedding"}),
             # Measured on onnxruntime-webgpu 1.27 (one-op models at opset 23, CPU fallback

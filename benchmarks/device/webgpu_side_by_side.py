@@ -9,7 +9,7 @@
 4. runs every package through onnxruntime-genai with graph capture off and on, at the
    package's default ``search.max_length`` and at 192 (prompt 128 random ids, 64 new
    tokens, greedy, median of 3 after a warm-up); our runner (``python -m engine bench``)
-   on our packages; and an onnxruntime profile of decode steps of our INT4 decoder,
+   on our packages; and an onnxruntime profile of decode steps of our INT4 and fp16 decoders,
    summed per op (GPU timestamps per kernel where the adapter has them);
 5. deletes each package when it is done with it.
 
@@ -351,6 +351,7 @@ def main() -> None:
         ("profile", "ours_int4"),
         ("runner", "ours_int4"),
         ("genai", "ours_fp16"),
+        ("profile", "ours_fp16"),
         ("genai", "mobius_fp16"),
         ("runner", "ours_fp16"),
     ]

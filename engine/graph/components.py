@@ -77,6 +77,9 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     piece = wp.pieces[index]
     parts = ctx.parts(wp, piece)
     if wp.storage == "float_t":
+        groups = split_k_groups(ctx, _piece_shape(wp, index)[1])
+        if groups > 1:
+            return _split_k_matmul(ctx, x, parts["weight"], groups)
         return ctx.op.MatMul(x, parts["weight"])
     assert wp.storage == "matmulnbits" and wp.bits is not None and wp.block_size is not None
     rows, cols = _piece_shape(wp, index)
@@ -97,6 +100,34 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
         block_size=wp.block_size,
         accuracy_level=ctx.options.accuracy_level or 0,
     )
+
+
+SPLIT_K_MIN_DEPTH = 1024
+"""Shallower linears are not split: their MatMul walks little of K, and splitting adds two
+kernels (~7 us each under capture on the H200)."""
+SPLIT_K_MIN_SLICE = 64
+"""Shortest slice of K a split-K partial product walks."""
+
+
+def split_k_groups(ctx: BuildContext, k: int) -> int:
+    """How many slices of K a float decoder linear of depth ``k`` is split into (1 = none):
+    the EP's ``split_k`` for the activation dtype, halved until it divides ``k`` into
+    slices of at least :data:`SPLIT_K_MIN_SLICE`; none below :data:`SPLIT_K_MIN_DEPTH`."""
+    groups = ctx.caps.split_k.get(ctx.dtype_name, 1) if ctx.session.name == "decoder" else 1
+    if k < SPLIT_K_MIN_DEPTH:
+        return 1
+    while groups > 1 and (k % groups or k // groups < SPLIT_K_MIN_SLICE):
+        groups //= 2
+    return groups
+
+
+def _split_k_matmul(ctx: BuildContext, x: ir.Value, weight: ir.Value, groups: int) -> ir.Value:
+    """``x [B, S, K] @ W [K, N]`` as the sum of ``groups`` products over slices of K."""
+    op = ctx.op
+    k, n = weight.shape[0], weight.shape[1]
+    slices = op.Transpose(op.Reshape(x, ctx.ints([0, 0, groups, k // groups])), perm=[2, 0, 1, 3])
+    partial = op.MatMul(slices, op.Reshape(weight, ctx.ints([groups, 1, k // groups, n])))
+    return op.ReduceSum(partial, ctx.ints([0]), keepdims=0)  # [B, S, N]
 
 
 def _piece_shape(wp: WeightPlan, index: int) -> tuple[int, int]:

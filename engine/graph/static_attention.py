@@ -147,25 +147,37 @@ def _window(ctx: BuildContext, inputs: StaticInputs) -> tuple[ir.Value, ir.Value
 def _bias(
     ctx: BuildContext, inputs: StaticInputs, kind: AttentionKind, key_positions: ir.Value, rank: int
 ) -> ir.Value:
-    """Additive fp32 mask [B, S, 1(, 1), T]: causal, within the window for sliding layers,
-    never a slot before position 0."""
+    """Additive fp32 mask [B, S, 1(, 1), T] (rank 4 or 5) for the Einsum's scores, or
+    [S * N, T] for the scores Gemm (rank 2: each new token's row once per head)."""
     if (kind, rank) not in inputs.bias:
         op = ctx.op
-        zero = _const(ctx, 0.0, np.float32, "zero_f32")
-        distance = op.Sub(
-            op.Unsqueeze(inputs.positions, ctx.ints([2])),
-            op.Unsqueeze(key_positions, ctx.ints([1])),
-        )  # [B, S, T]
-        allowed = op.GreaterOrEqual(distance, zero)
-        if kind == "sliding":
-            window = _const(ctx, float(ctx.spec.sliding_window), np.float32, "window_f32")
-            allowed = op.And(allowed, op.Less(distance, window))
-            real = op.GreaterOrEqual(op.Unsqueeze(key_positions, ctx.ints([1])), zero)
-            allowed = op.And(allowed, real)
-        lowest = _const(ctx, float(np.finfo(np.float32).min), np.float32, "min_f32")
-        bias = op.Where(allowed, zero, lowest)
-        inputs.bias[(kind, rank)] = op.Unsqueeze(bias, ctx.ints(list(range(2, rank - 1))))
+        if rank == 2:  # batch 1: [S * N, 1] query positions against [1, T] key positions
+            heads = ctx.spec.num_attention_heads
+            ones = ctx.const(np.ones((1, heads), np.float32), name=f"ones_1x{heads}_f32")
+            column = op.Mul(op.Reshape(inputs.positions, ctx.ints([-1, 1])), ones)  # [S, N]
+            queries, keys = op.Reshape(column, ctx.ints([-1, 1])), key_positions
+        else:  # [B, S, 1] against [B, 1, T]
+            queries = op.Unsqueeze(inputs.positions, ctx.ints([2]))
+            keys = op.Unsqueeze(key_positions, ctx.ints([1]))
+        bias = _mask(ctx, kind, op.Sub(queries, keys), keys)
+        if rank > 2:
+            bias = op.Unsqueeze(bias, ctx.ints(list(range(2, rank - 1))))
+        inputs.bias[(kind, rank)] = bias
     return inputs.bias[(kind, rank)]
+
+
+def _mask(ctx: BuildContext, kind: AttentionKind, distance: ir.Value, keys: ir.Value) -> ir.Value:
+    """0 where a query may see a key ``distance`` positions back, else fp32's lowest:
+    causal, within the window for sliding layers, never a slot before position 0."""
+    op = ctx.op
+    zero = _const(ctx, 0.0, np.float32, "zero_f32")
+    allowed = op.GreaterOrEqual(distance, zero)
+    if kind == "sliding":
+        window = _const(ctx, float(ctx.spec.sliding_window), np.float32, "window_f32")
+        allowed = op.And(allowed, op.Less(distance, window))
+        allowed = op.And(allowed, op.GreaterOrEqual(keys, zero))
+    lowest = _const(ctx, float(np.finfo(np.float32).min), np.float32, "min_f32")
+    return op.Where(allowed, zero, lowest)
 
 
 def _buffer_positions(ctx: BuildContext, keys: ir.Value) -> ir.Value:
@@ -263,8 +275,14 @@ def attend(
     ctx: BuildContext, layer: LayerSpec, inputs: StaticInputs, query: ir.Value, source: int
 ) -> ir.Value:
     """``softmax(q K^T + bias) V`` in fp32 for rotated q [B, S, N * D] over the K / V that
-    layer ``source`` prepared, q as [B, S, N, D] or, grouped per KV head, [B, S, kv, G, D]
-    (no transposes). Returns [B, S, N * D] in the activation dtype."""
+    layer ``source`` prepared. Returns [B, S, N * D] in the activation dtype.
+
+    One KV head (batch 1): the scores are ``Gemm(q [S * N, D], K [T, D], transB, C=bias)``,
+    the mask added in the same kernel, and ``P @ V`` a 2-D MatMul. On the H200 under
+    capture one decode step of that block costs 40 / 144 / 161 us at (T, D) = (512, 256),
+    (4096, 256), (4096, 512) against 71 / 182 / 229 us as Einsum + Add
+    (benchmarks/device/webgpu_ops.py). Several KV heads: q grouped per KV head,
+    [B, S, kv, G, D], against K as stored in an Einsum over D (K is never transposed)."""
     op = ctx.op
     n, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
     keys, values = inputs.prepared[source]
@@ -273,13 +291,18 @@ def attend(
     else:
         assert inputs.buffer_positions is not None
         key_positions = inputs.buffer_positions
-    if kv == 1:  # [B, S, N, D] against K [B, 1, T, D] (the size-1 axis is summed away)
-        shape, equation = [0, 0, n, dim], "bsnd,bkld->bsnl"
+    if kv == 1:
+        bias = _bias(ctx, inputs, layer.attention, key_positions, 2)
+        rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
+        scores = op.Gemm(rows, op.Reshape(keys, ctx.ints([-1, dim])), bias, transB=1)
+        probs = op.Softmax(scores, axis=-1)
+        out = op.MatMul(probs, op.Reshape(values, ctx.ints([-1, dim])))
+        out = op.Reshape(out, ctx.ints([1, -1, n * dim]))
     else:
-        shape, equation = [0, 0, kv, n // kv, dim], "bskgd,bkld->bskgl"
-    bias = _bias(ctx, inputs, layer.attention, key_positions, len(shape))
-    grouped = op.Reshape(query, ctx.ints(shape))
-    scores = op.Einsum(grouped, keys, equation=equation)  # Gemma 4's scale is 1.0
-    probs = op.Softmax(op.Add(scores, bias), axis=-1)
-    out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
+        shape = [0, 0, kv, n // kv, dim]
+        bias = _bias(ctx, inputs, layer.attention, key_positions, len(shape))
+        grouped = op.Reshape(query, ctx.ints(shape))
+        scores = op.Einsum(grouped, keys, equation="bskgd,bkld->bskgl")  # Gemma 4's scale 1.0
+        probs = op.Softmax(op.Add(scores, bias), axis=-1)
+        out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
     return out if ctx.dtype == F32 else op.Cast(out, to=ctx.dtype)

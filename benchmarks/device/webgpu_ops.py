@@ -1,0 +1,310 @@
+"""What one op (or one small block) costs on the WebGPU EP under graph capture: the
+alternatives the decoder could be built from, side by side in one run.
+
+Each case is a chain of R copies of a block (each copy's output feeds the next, weights
+distinct per copy so nothing stays in cache), bound to device buffers and replayed with
+graph capture; a block's cost is ``(t(R) - t(1)) / (R - 1)``, so the run's fixed cost
+drops out. Cases:
+
+* ``elementwise`` / ``rmsnorm``: the per-kernel floor (Add, RMSNormalization on [1, H]);
+* ``attention/<variant>@T,D``: one decode step of attention (8 heads over one KV head of
+  T slots, fp32): the scores as an Einsum + Add of the mask (what the decoder has), as
+  Gemm(q, K, transB, C = mask), or MatMul(K, q^T) + Transpose; then Softmax and P @ V;
+* ``mlp/<variant>``: H -> F -> H projections at E2B's widths as MatMulNBits (block size,
+  accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
+  (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
+  as [G, K / G, N] (the same bytes), a batched MatMul and a ReduceSum of the G partials;
+* ``head/<dtype>``: the float LM head, MatMul(table [V, H], x^T) (at most 3 copies).
+
+    python benchmarks/device/webgpu_ops.py [--tiny] [--repeats 9] [--replays 200]
+
+Run it in the WebGPU environment (onnxruntime-webgpu); prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from onnx import TensorProto, helper, numpy_helper
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+NP = {F32: np.float32, F16: np.float16}
+Block = Callable[["Chain", str, int], str]
+
+
+class Chain:
+    """Nodes and initializers of a chain of blocks under construction."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.rng = rng
+        self._n = 0
+
+    def name(self, stem: str) -> str:
+        self._n += 1
+        return f"{stem}_{self._n}"
+
+    def node(self, op: str, inputs: list[str], domain: str = "", **attrs: Any) -> str:
+        out = self.name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], domain=domain, **attrs))
+        return out
+
+    def init(self, array: np.ndarray, stem: str = "w") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def randn(self, shape: tuple[int, ...], dtype: Any, scale: float = 1.0) -> str:
+        return self.init((scale * self.rng.standard_normal(shape)).astype(dtype))
+
+
+def _model(block: Block, repeats: int, x_shape: list[int], dtype: int, seed: int) -> bytes:
+    chain = Chain(np.random.default_rng(seed))
+    value = "x"
+    for i in range(repeats):
+        value = block(chain, value, i)
+    chain.nodes.append(helper.make_node("Identity", [value], ["y"]))
+    graph = helper.make_graph(
+        chain.nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", dtype, x_shape)],
+        [helper.make_tensor_value_info("y", dtype, x_shape)],
+        initializer=chain.inits,
+    )
+    opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
+    """Seconds per replay of ``model`` under graph capture, inputs and output on device."""
+    import onnxruntime as ort
+
+    from engine.runtime.device_io import StaticTensors
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    session = ort.InferenceSession(
+        model,
+        options,
+        providers=[("WebGpuExecutionProvider", {"enableGraphCapture": "1"})],
+    )
+    tensors = StaticTensors(
+        {"x": (x.shape, x.dtype), "y": (x.shape, x.dtype)}, "webgpu", "WebGpuExecutionProvider"
+    )
+    tensors.write({"x": x, "y": np.zeros_like(x)})
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", tensors.values["x"])
+    binding.bind_ortvalue_output("y", tensors.values["y"])
+    for _ in range(3):  # the first run captures
+        session.run_with_iobinding(binding)
+    tensors.values["y"].numpy()
+    runs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(replays):
+            session.run_with_iobinding(binding)
+        tensors.values["y"].numpy()  # waits for the queue
+        runs.append((time.perf_counter() - started) / replays)
+    return statistics.median(runs)
+
+
+def measure(block: Block, x: np.ndarray, dtype: int, repeats: int, replays: int) -> dict:
+    """Microseconds per block: the slope between a chain of 1 and one of ``repeats``."""
+    times = {}
+    for r in (1, repeats):
+        times[r] = _replay_seconds(_model(block, r, list(x.shape), dtype, seed=r), x, replays)
+    return {
+        "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
+        "us_chain_1": round(1e6 * times[1], 2),
+        f"us_chain_{repeats}": round(1e6 * times[repeats], 2),
+    }
+
+
+# ---------------------------------------------------------------------------------- blocks
+
+
+def elementwise(dtype: int) -> Block:
+    def block(c: Chain, x: str, i: int) -> str:
+        return c.node("Add", [x, c.init(np.array(1e-3, NP[dtype]), "c")])
+
+    return block
+
+
+def rmsnorm(dtype: int, width: int) -> Block:
+    def block(c: Chain, x: str, i: int) -> str:
+        return c.node("RMSNormalization", [x, c.init(np.ones(width, NP[dtype]))], epsilon=1e-6)
+
+    return block
+
+
+def attention(variant: str, heads: int, length: int, dim: int) -> Block:
+    """One decode step over one KV head: x = q [1, 1, N, D] -> attention output, same shape."""
+    mask = np.zeros((1, length), np.float32)
+    mask[:, length * 3 // 4 :] = np.finfo(np.float32).min
+
+    def block(c: Chain, x: str, i: int) -> str:
+        k = c.randn((1, 1, length, dim), np.float32, 0.05)
+        v = c.randn((1, 1, length, dim), np.float32)
+        bias = c.init(mask.reshape(1, 1, 1, length) if variant == "einsum" else mask, "mask")
+        if variant == "einsum":
+            scores = c.node("Einsum", [x, k], equation="bsnd,bkld->bsnl")
+            probs = c.node("Softmax", [c.node("Add", [scores, bias])], axis=-1)
+            return c.node("MatMul", [probs, v])
+        q2 = c.node("Reshape", [x, c.init(np.array([heads, dim], np.int64), "shape")])
+        k2 = c.node("Reshape", [k, c.init(np.array([length, dim], np.int64), "shape")])
+        v2 = c.node("Reshape", [v, c.init(np.array([length, dim], np.int64), "shape")])
+        if variant.startswith("gemm"):
+            scores = c.node("Gemm", [q2, k2, bias], transB=1)
+        else:  # matmul_t: (K q^T)^T
+            kq = c.node("MatMul", [k2, c.node("Transpose", [q2], perm=[1, 0])])
+            scores = c.node("Add", [c.node("Transpose", [kq], perm=[1, 0]), bias])
+        probs = c.node("Softmax", [scores], axis=-1)
+        out = c.node("Gemm" if variant == "gemm_pv" else "MatMul", [probs, v2])
+        return c.node("Reshape", [out, c.init(np.array([1, 1, heads, dim], np.int64), "shape")])
+
+    return block
+
+
+def mlp(variant: str, hidden: int, inner: int, dtype: int, **quant: int) -> Block:
+    """x [1, 1, H] -> [1, 1, F] -> [1, 1, H] (no activation between: the cost is the two
+    projections)."""
+    bits, block_size = quant.get("bits", 0), quant.get("block_size", 32)
+
+    def linear(c: Chain, x: str, k: int, n: int) -> str:
+        if variant == "mmnb":
+            blocks = (k + block_size - 1) // block_size
+            packed = c.init(c.rng.integers(0, 256, (n, blocks, block_size * bits // 8), np.uint8))
+            scales = c.init((0.01 * c.rng.random(n * blocks)).astype(NP[dtype]), "s")
+            return c.node(
+                "MatMulNBits",
+                [x, packed, scales],
+                domain="com.microsoft",
+                K=k,
+                N=n,
+                bits=bits,
+                block_size=block_size,
+                accuracy_level=quant.get("accuracy_level", 0),
+            )
+        if variant == "gemm_t":  # weight stored [N, K]
+            flat = c.node("Reshape", [x, c.init(np.array([1, k], np.int64), "shape")])
+            y = c.node("Gemm", [flat, c.randn((n, k), NP[dtype], k**-0.5)], transB=1)
+            return c.node("Reshape", [y, c.init(np.array([1, 1, n], np.int64), "shape")])
+        if variant.startswith("splitk"):  # K in G chunks: a batched MatMul, then their sum
+            groups = int(variant[len("splitk") :])
+            parts = c.node("Reshape", [x, c.init(np.array([groups, 1, k // groups], np.int64))])
+            w = c.randn((groups, k // groups, n), NP[dtype], k**-0.5)
+            partial = c.node("MatMul", [parts, w])  # [G, 1, N]
+            return c.node("ReduceSum", [partial, c.init(np.array([0], np.int64))], keepdims=1)
+        if variant == "matmul2d":
+            flat = c.node("Reshape", [x, c.init(np.array([1, k], np.int64), "shape")])
+            y = c.node("MatMul", [flat, c.randn((k, n), NP[dtype], k**-0.5)])
+            return c.node("Reshape", [y, c.init(np.array([1, 1, n], np.int64), "shape")])
+        return c.node("MatMul", [x, c.randn((k, n), NP[dtype], k**-0.5)])
+
+    def block(c: Chain, x: str, i: int) -> str:
+        return linear(c, linear(c, x, hidden, inner), inner, hidden)
+
+    return block
+
+
+def head(hidden: int, vocab: int, dtype: int) -> Block:
+    """The float LM head as the decoder has it: MatMul(table [V, H], x^T) -> [1, V, 1];
+    the first H logits go on as the next block's input (a Slice)."""
+
+    def block(c: Chain, x: str, i: int) -> str:
+        xt = c.node("Transpose", [x], perm=[0, 2, 1])
+        logits = c.node("MatMul", [c.randn((vocab, hidden), NP[dtype], hidden**-0.5), xt])
+        flat = c.node("Reshape", [logits, c.init(np.array([1, 1, vocab], np.int64))])
+        starts, ends = c.init(np.array([0], np.int64)), c.init(np.array([hidden], np.int64))
+        return c.node("Slice", [flat, starts, ends, c.init(np.array([2], np.int64))])
+
+    return block
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def cases(tiny: bool) -> dict[str, tuple[Block, np.ndarray, int]]:
+    hidden, inner = (64, 256) if tiny else (1536, 12288)
+    lengths = [(64, 16), (256, 32)] if tiny else [(512, 256), (4096, 256), (4096, 512)]
+    rng = np.random.default_rng(0)
+    out: dict[str, tuple[Block, np.ndarray, int]] = {}
+    for name, dtype in (("fp16", F16), ("fp32", F32)):
+        x = rng.standard_normal((1, 1, hidden)).astype(NP[dtype])
+        out[f"elementwise/Add/{name}"] = (elementwise(dtype), x, dtype)
+        out[f"rmsnorm/{name}"] = (rmsnorm(dtype, hidden), x, dtype)
+    for length, dim in lengths:
+        q = rng.standard_normal((1, 1, 8, dim)).astype(np.float32)
+        for variant in ("einsum", "gemm", "gemm_pv", "matmul_t"):
+            out[f"attention/{variant}@{length},{dim}"] = (
+                attention(variant, 8, length, dim),
+                q,
+                F32,
+            )
+    for name, dtype in (("fp16", F16), ("fp32", F32)):
+        x = rng.standard_normal((1, 1, hidden)).astype(NP[dtype])
+        for block_size, level in ((32, 0), (32, 4), (64, 0), (128, 0), (128, 4)):
+            if name == "fp32" and block_size != 32:
+                continue
+            label = f"mlp/mmnb4/b{block_size}/acc{level}/{name}"
+            block = mlp("mmnb", hidden, inner, dtype, bits=4, block_size=block_size,
+                        accuracy_level=level)  # fmt: skip
+            out[label] = (block, x, dtype)
+        out[f"mlp/matmul/{name}"] = (mlp("matmul", hidden, inner, dtype), x, dtype)
+        for variant in ("matmul2d", "gemm_t", "splitk4", "splitk8", "splitk16"):
+            out[f"mlp/{variant}/{name}"] = (mlp(variant, hidden, inner, dtype), x, dtype)
+        out[f"head/{name}"] = (head(hidden, 4096 if tiny else 131072, dtype), x, dtype)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="toy widths (lavapipe, tests)")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--only", default="", help="run cases whose name contains this")
+    args = parser.parse_args()
+    import onnxruntime as ort
+
+    report: dict[str, Any] = {
+        "benchmark": "webgpu_ops",
+        "onnxruntime": ort.__version__,
+        "repeats": args.repeats,
+        "replays": args.replays,
+        "tiny": args.tiny,
+        "cases": {},
+    }
+    for name, (block, x, dtype) in cases(args.tiny).items():
+        if args.only and args.only not in name:
+            continue
+        started = time.perf_counter()
+        try:
+            repeats = args.repeats
+            if name.startswith(("mlp/", "head/")):
+                repeats = min(repeats, 5 if name.startswith("mlp/") else 3)
+            result = measure(block, x, dtype, repeats, args.replays)
+        except Exception as exc:
+            result = {"error": str(exc).splitlines()[0][:300]}
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        report["cases"][name] = result
+        print(name, result, file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Split-K float linears on WebGPU: which linears are split, into how many slices, and that
+the split graph computes ``x @ W`` (onnxruntime on the CPU against numpy).
+
+Their end-to-end numerics at E2B's widths are checked on lavapipe against transformers by
+tests/engine/test_webgpu_head_sizes.py (fp32 within 2e-3; its o_proj has K = 2048)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import onnx_ir as ir
+import onnxscript
+import pytest
+
+from engine.caps import get_caps
+from engine.graph import components
+from engine.graph.components import SPLIT_K_MIN_DEPTH, SPLIT_K_MIN_SLICE, split_k_groups
+from engine.models import build_decoder
+from engine.options import ExportOptions
+from engine.plan import plan
+from engine.presets import load_preset
+
+
+def _ctx(ep: str, dtype: str, session: str = "decoder") -> SimpleNamespace:
+    return SimpleNamespace(
+        caps=get_caps(ep), dtype_name=dtype, session=SimpleNamespace(name=session)
+    )
+
+
+@pytest.mark.parametrize(
+    ("ep", "dtype", "k", "groups"),
+    [
+        ("webgpu", "fp16", 1536, 4),
+        ("webgpu", "fp16", 12288, 4),
+        ("webgpu", "fp32", 1536, 16),
+        ("webgpu", "fp32", 1152, 16),
+        ("webgpu", "fp32", 1025, 1),  # odd: no power of two divides it
+        ("webgpu", "fp16", 1030, 2),  # 2 x 515: 4 does not divide it, 2 does
+        ("webgpu", "fp16", 512, 1),  # too shallow to gain
+        ("webgpu", "fp32", 256, 1),
+        ("webgpu", "bf16", 1536, 1),  # no entry for the dtype
+        ("cpu", "fp32", 1536, 1),
+        ("cuda", "fp16", 1536, 1),
+    ],
+)
+def test_groups_follow_the_ep_dtype_and_depth(ep: str, dtype: str, k: int, groups: int) -> None:
+    got = split_k_groups(_ctx(ep, dtype), k)  # type: ignore[arg-type]
+    assert got == groups
+    assert got == 1 or (k % got == 0 and k // got >= SPLIT_K_MIN_SLICE and k >= SPLIT_K_MIN_DEPTH)
+
+
+def test_only_the_decoder_is_split() -> None:
+    assert split_k_groups(_ctx("webgpu", "fp16", "vision"), 1536) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (2, 3)])
+def test_split_graph_computes_x_at_w(shape: tuple[int, int]) -> None:
+    import onnxruntime as ort
+
+    k, n, groups = 256, 48, 4
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    x = rng.standard_normal((*shape, k)).astype(np.float32)
+    graph = ir.Graph([], [], nodes=[], opset_imports={"": 23}, name="split_k")
+    builder = onnxscript.GraphBuilder(graph)
+    ctx = SimpleNamespace(
+        op=builder.op,
+        ints=lambda values: builder.initializer(
+            ir.tensor(np.array(values, np.int64)), name=f"ints_{len(graph.initializers)}"
+        ),
+    )
+    x_in = builder.input("x", ir.DataType.FLOAT, ["b", "s", k])
+    weight = builder.initializer(ir.tensor(w), name="w")
+    y = components._split_k_matmul(ctx, x_in, weight, groups)  # type: ignore[arg-type]
+    y.name = "y"
+    graph.outputs.append(y)
+    model = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_e2b_fp16_decoder_splits_every_deep_float_linear() -> None:
+    """E2B fp16 on WebGPU: q/k/v, o, gate/up, down and the per-layer input gate of every
+    layer are split (K >= 1536), the per-layer projection (K = 256) is not; INT4 weights
+    are never split."""
+    spec = load_preset("gemma4-e2b")
+    fp16 = Counter(n.op_type for n in build_decoder(plan(spec, ExportOptions(ep="webgpu"))).graph)
+    layers = spec.num_layers
+    int4 = Counter(
+        n.op_type
+        for n in build_decoder(
+            plan(spec, ExportOptions(ep="webgpu", weight_bits=4, embedding_bits=4))
+        ).graph
+    )
+    # qkv (or q), o, gate_up, down, the per-layer input gate; the LM head is the float
+    # table's own MatMul.
+    split = fp16["ReduceSum"] - int4["ReduceSum"]
+    assert split == 5 * layers, fp16
+    assert fp16["MatMul"] >= split + layers  # per-layer projections stay one MatMul
+    assert fp16["Transpose"] >= split
+    assert int4["MatMulNBits"] >= 6 * layers
+    assert int4["ReduceSum"] < 6, int4  # only the position arithmetic's
