@@ -77,9 +77,10 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     piece = wp.pieces[index]
     parts = ctx.parts(wp, piece)
     if wp.storage == "float_t":
-        groups = split_k_groups(ctx, _piece_shape(wp, index)[1])
+        n, k = _piece_shape(wp, index)
+        groups = split_k_groups(ctx, k)
         if groups > 1:
-            return _split_k_matmul(ctx, x, parts["weight"], groups)
+            return _split_k_matmul(ctx, x, parts["weight"], groups, k, n)
         return ctx.op.MatMul(x, parts["weight"])
     assert wp.storage == "matmulnbits" and wp.bits is not None and wp.block_size is not None
     rows, cols = _piece_shape(wp, index)
@@ -121,10 +122,11 @@ def split_k_groups(ctx: BuildContext, k: int) -> int:
     return groups
 
 
-def _split_k_matmul(ctx: BuildContext, x: ir.Value, weight: ir.Value, groups: int) -> ir.Value:
+def _split_k_matmul(
+    ctx: BuildContext, x: ir.Value, weight: ir.Value, groups: int, k: int, n: int
+) -> ir.Value:
     """``x [B, S, K] @ W [K, N]`` as the sum of ``groups`` products over slices of K."""
     op = ctx.op
-    k, n = weight.shape[0], weight.shape[1]
     slices = op.Transpose(op.Reshape(x, ctx.ints([0, 0, groups, k // groups])), perm=[2, 0, 1, 3])
     partial = op.MatMul(slices, op.Reshape(weight, ctx.ints([groups, 1, k // groups, n])))
     return op.ReduceSum(partial, ctx.ints([0]), keepdims=0)  # [B, S, N]

@@ -73,7 +73,7 @@ def test_split_graph_computes_x_at_w(shape: tuple[int, int]) -> None:
     )
     x_in = builder.input("x", ir.DataType.FLOAT, ["b", "s", k])
     weight = builder.initializer(ir.tensor(w), name="w")
-    y = components._split_k_matmul(ctx, x_in, weight, groups)  # type: ignore[arg-type]
+    y = components._split_k_matmul(ctx, x_in, weight, groups, k, n)  # type: ignore[arg-type]
     y.name = "y"
     graph.outputs.append(y)
     model = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
