@@ -59,6 +59,25 @@ class _Limits:
         return tuple(out)
 
 
+SPLIT_K_MIN_DEPTH = 1024
+"""Shallower linears are not split along K: their MatMul walks little of K, and splitting
+adds two kernels (~7 us each under capture on the H200)."""
+SPLIT_K_MIN_SLICE = 64
+"""Shortest slice of K a split-K partial product walks."""
+
+
+def split_k_groups(most: int, k: int) -> int:
+    """Slices of K for a float linear of depth ``k`` when the EP allows ``most``
+    (:attr:`EpCapabilities.split_k`): halved until they divide ``k`` into slices of at
+    least :data:`SPLIT_K_MIN_SLICE`; 1 (no split) below :data:`SPLIT_K_MIN_DEPTH`."""
+    if k < SPLIT_K_MIN_DEPTH:
+        return 1
+    groups = most
+    while groups > 1 and (k % groups or k // groups < SPLIT_K_MIN_SLICE):
+        groups //= 2
+    return max(groups, 1)
+
+
 def _piece_tensors(
     base: str,
     storage: Storage,
@@ -67,11 +86,16 @@ def _piece_tensors(
     bits: int | None,
     block_size: int | None,
     symmetric: bool,
+    split_k: int = 1,
 ) -> tuple[PlannedTensor, ...]:
     if storage == "float":
         return (PlannedTensor(base, dtype, tuple(shape), "weight"),)
     if storage == "float_t":
-        return (PlannedTensor(base, dtype, (shape[1], shape[0]), "weight"),)
+        # [in, out], or the same bytes as [G, 1, in / G, out] for a split-K MatMul.
+        out_features, k = shape[0], shape[1]
+        groups = split_k_groups(split_k, k)
+        layout = (k, out_features) if groups == 1 else (groups, 1, k // groups, out_features)
+        return (PlannedTensor(base, dtype, layout, "weight"),)
     assert bits is not None and block_size is not None
     # Leading axes beyond the rows (the experts of a [E, N, K] tensor) stay as they are.
     lead = tuple(shape[:-2])
@@ -100,6 +124,7 @@ def _pieces_along(
     bits: int | None,
     block_size: int | None,
     symmetric: bool,
+    split_k: int = 1,
 ) -> tuple[Piece, ...]:
     pieces = []
     for i, (start, stop) in enumerate(bounds):
@@ -116,7 +141,7 @@ def _pieces_along(
                 start,
                 stop,
                 _piece_tensors(
-                    name, storage, dtype, tuple(piece_shape), bits, block_size, symmetric
+                    name, storage, dtype, tuple(piece_shape), bits, block_size, symmetric, split_k
                 ),
             )
         )
@@ -129,9 +154,10 @@ def _even_bounds(size: int, count: int) -> list[tuple[int, int]]:
 
 
 def _plan_weight(
-    w: LogicalWeight, options: ExportOptions, limits: _Limits, dtype: str
+    w: LogicalWeight, options: ExportOptions, limits: _Limits, dtype: str, split_k: int = 1
 ) -> WeightPlan:
-    """Storage and splits of one weight that does not share another's bytes."""
+    """Storage and splits of one weight that does not share another's bytes; a float
+    linear's K in up to ``split_k`` slices (see :func:`split_k_groups`)."""
     role = w.role
     bits: int | None = None
     block: int | None = None
@@ -171,8 +197,9 @@ def _plan_weight(
         check_quantizable(w.name, w.shape, bits, block, storage)
 
     def make(axis: int, bounds: list[tuple[int, int]]) -> tuple[Piece, ...]:
+        groups = split_k if role == "linear" else 1
         return _pieces_along(
-            w.name, storage, dtype, w.shape, axis, bounds, bits, block, options.symmetric
+            w.name, storage, dtype, w.shape, axis, bounds, bits, block, options.symmetric, groups
         )
 
     whole = make(0, [(0, w.shape[0] if w.shape else 1)])
@@ -311,8 +338,11 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
     sessions = []
     warnings: dict[str, list[str]] = {}  # message -> the sessions it is about
     for session in sessions_for(spec, options, length):
+        # The decoder runs once per token: its float linears are latency-bound.
+        split_k = caps.split_k.get(dtype, 1) if session.name == "decoder" else 1
         planned = {
-            w.name: _plan_weight(w, options, limits, w.dtype or dtype) for w in session.weights()
+            w.name: _plan_weight(w, options, limits, w.dtype or dtype, split_k)
+            for w in session.weights()
         }
         for wp in planned.values():
             _check_gbq_blocks(wp, options)

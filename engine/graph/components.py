@@ -77,10 +77,9 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     piece = wp.pieces[index]
     parts = ctx.parts(wp, piece)
     if wp.storage == "float_t":
-        n, k = _piece_shape(wp, index)
-        groups = split_k_groups(ctx, k)
-        if groups > 1:
-            return _split_k_matmul(ctx, x, parts["weight"], groups, k, n)
+        weight = parts["weight"]
+        if weight.shape is not None and len(weight.shape) == 4:  # planned split along K
+            return _split_k_matmul(ctx, x, weight, *_split_dims(weight.shape))
         return ctx.op.MatMul(x, parts["weight"])
     assert wp.storage == "matmulnbits" and wp.bits is not None and wp.block_size is not None
     rows, cols = _piece_shape(wp, index)
@@ -103,33 +102,20 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     )
 
 
-SPLIT_K_MIN_DEPTH = 1024
-"""Shallower linears are not split: their MatMul walks little of K, and splitting adds two
-kernels (~7 us each under capture on the H200)."""
-SPLIT_K_MIN_SLICE = 64
-"""Shortest slice of K a split-K partial product walks."""
-
-
-def split_k_groups(ctx: BuildContext, k: int) -> int:
-    """How many slices of K a float decoder linear of depth ``k`` is split into (1 = none):
-    the EP's ``split_k`` for the activation dtype, halved until it divides ``k`` into
-    slices of at least :data:`SPLIT_K_MIN_SLICE`; none below :data:`SPLIT_K_MIN_DEPTH`."""
-    groups = ctx.caps.split_k.get(ctx.dtype_name, 1) if ctx.session.name == "decoder" else 1
-    if k < SPLIT_K_MIN_DEPTH:
-        return 1
-    while groups > 1 and (k % groups or k // groups < SPLIT_K_MIN_SLICE):
-        groups //= 2
-    return groups
+def _split_dims(shape: ir.Shape) -> tuple[int, int]:
+    groups, depth = shape[0], shape[2]
+    assert isinstance(groups, int) and isinstance(depth, int)
+    return groups, depth
 
 
 def _split_k_matmul(
-    ctx: BuildContext, x: ir.Value, weight: ir.Value, groups: int, k: int, n: int
+    ctx: BuildContext, x: ir.Value, weight: ir.Value, groups: int, depth: int
 ) -> ir.Value:
-    """``x [B, S, K] @ W [K, N]`` as the sum of ``groups`` products over slices of K."""
+    """``x [B, S, K] @ W`` for W stored [G, 1, K / G, N] (:func:`engine.plan.split_k_groups`):
+    x as [G, B, S, K / G], one batched MatMul, the G partial products summed."""
     op = ctx.op
-    slices = op.Transpose(op.Reshape(x, ctx.ints([0, 0, groups, k // groups])), perm=[2, 0, 1, 3])
-    partial = op.MatMul(slices, op.Reshape(weight, ctx.ints([groups, 1, k // groups, n])))
-    return op.ReduceSum(partial, ctx.ints([0]), keepdims=0)  # [B, S, N]
+    slices = op.Transpose(op.Reshape(x, ctx.ints([0, 0, groups, depth])), perm=[2, 0, 1, 3])
+    return op.ReduceSum(op.MatMul(slices, weight), ctx.ints([0]), keepdims=0)  # [B, S, N]
 
 
 def _piece_shape(wp: WeightPlan, index: int) -> tuple[int, int]:

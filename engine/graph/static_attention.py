@@ -20,8 +20,9 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
   buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
   fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
   (onnxruntime-genai allocates every cache in the type of the first past input);
-* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (an Einsum over the head
-  dimension for the scores, so K is never transposed) over a gathered window of
+* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (with one KV head the scores
+  are a Gemm with K transposed in the kernel and the mask as its C; with several, an
+  Einsum over the head dimension; K is never transposed in memory) over a gathered window of
   ``W + S - 1`` slots for sliding layers (their cost never depends on the buffer) and over
   the whole buffer for full layers;
 * the K / V a KV owner prepares (a window gathered, V shaped for its MatMul) are reused by
@@ -68,7 +69,7 @@ class StaticInputs:
     """Full layers: key positions 0..L-1 [B, L] of the KV buffer."""
     bias: dict[tuple[AttentionKind, int], ir.Value] = field(default_factory=dict)
     prepared: dict[int, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
-    """KV owner's layer index -> (K, V), ready for the score Einsum and the value MatMul."""
+    """KV owner's layer index -> (K, V), ready for the scores and the value MatMul."""
 
 
 def _const(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
@@ -253,22 +254,21 @@ def _prepare(
     keys: ir.Value,
     values: ir.Value,
 ) -> tuple[ir.Value, ir.Value]:
-    """K [B, kv, T, D] and V a layer attends over: the sliding window's slots, or the whole
-    buffer. K is never transposed: the scores are an Einsum over D (one op, device-resident
-    8 x 4096 scores on lavapipe: 1.1-2x faster than Transpose + MatMul, never slower). V is
-    the MatMul's right-hand side: [B, 1, T, D] with one KV head (it broadcasts against
-    probabilities [B, S, N, T]), else [B, 1, kv, T, D] against [B, S, kv, G, T]."""
+    """K and V a layer attends over: the sliding window's slots, or the whole buffer, shaped
+    once for every layer that reads them. One KV head: K and V [T, D] (batch 1) for the
+    scores Gemm and P @ V. Several: K [B, kv, T, D] as stored for the scores Einsum (K is
+    never transposed), V [B, 1, kv, T, D] against probabilities [B, S, kv, G, T]."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
     if layer.attention == "sliding":
         slots, _ = _window(ctx, inputs)
         keys = op.Gather(keys, slots, axis=2)
         values = op.Gather(values, slots, axis=2)
-    if kv > 1:
-        values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
     if layer.attention == "full" and inputs.buffer_positions is None:
         inputs.buffer_positions = _buffer_positions(ctx, keys)
-    return keys, values
+    if kv == 1:
+        return op.Reshape(keys, ctx.ints([-1, dim])), op.Reshape(values, ctx.ints([-1, dim]))
+    return keys, op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
 
 
 def attend(
@@ -294,9 +294,8 @@ def attend(
     if kv == 1:
         bias = _bias(ctx, inputs, layer.attention, key_positions, 2)
         rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
-        scores = op.Gemm(rows, op.Reshape(keys, ctx.ints([-1, dim])), bias, transB=1)
-        probs = op.Softmax(scores, axis=-1)
-        out = op.MatMul(probs, op.Reshape(values, ctx.ints([-1, dim])))
+        probs = op.Softmax(op.Gemm(rows, keys, bias, transB=1), axis=-1)
+        out = op.MatMul(probs, values)
         out = op.Reshape(out, ctx.ints([1, -1, n * dim]))
     else:
         shape = [0, 0, kv, n // kv, dim]

@@ -16,17 +16,10 @@ import pytest
 
 from engine.caps import get_caps
 from engine.graph import components
-from engine.graph.components import SPLIT_K_MIN_DEPTH, SPLIT_K_MIN_SLICE, split_k_groups
 from engine.models import build_decoder
 from engine.options import ExportOptions
-from engine.plan import plan
+from engine.plan import SPLIT_K_MIN_DEPTH, SPLIT_K_MIN_SLICE, plan, split_k_groups
 from engine.presets import load_preset
-
-
-def _ctx(ep: str, dtype: str, session: str = "decoder") -> SimpleNamespace:
-    return SimpleNamespace(
-        caps=get_caps(ep), dtype_name=dtype, session=SimpleNamespace(name=session)
-    )
 
 
 @pytest.mark.parametrize(
@@ -46,13 +39,26 @@ def _ctx(ep: str, dtype: str, session: str = "decoder") -> SimpleNamespace:
     ],
 )
 def test_groups_follow_the_ep_dtype_and_depth(ep: str, dtype: str, k: int, groups: int) -> None:
-    got = split_k_groups(_ctx(ep, dtype), k)  # type: ignore[arg-type]
+    got = split_k_groups(get_caps(ep).split_k.get(dtype, 1), k)
     assert got == groups
     assert got == 1 or (k % got == 0 and k // got >= SPLIT_K_MIN_SLICE and k >= SPLIT_K_MIN_DEPTH)
 
 
-def test_only_the_decoder_is_split() -> None:
-    assert split_k_groups(_ctx("webgpu", "fp16", "vision"), 1536) == 1  # type: ignore[arg-type]
+def test_only_the_decoders_float_linears_are_split() -> None:
+    """Planned as [G, 1, K / G, N] in the decoder; the towers' linears stay [K, N]."""
+    spec = load_preset("gemma4-e2b")
+    planned = plan(spec, ExportOptions(ep="webgpu", modalities=("text", "vision", "audio")))
+    shapes = {
+        session.name: {
+            w.name: w.pieces[0].tensors[0].shape for w in session.weights if w.storage == "float_t"
+        }
+        for session in planned.sessions
+    }
+    assert shapes["decoder"]["layers.0.mlp.down_proj.weight"] == (4, 1, 1536, 1536)
+    assert shapes["decoder"]["layers.0.per_layer_projection.weight"] == (256, 1536)
+    for session in ("vision", "speech"):
+        assert shapes[session], session
+        assert all(len(shape) == 2 for shape in shapes[session].values()), session
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 7), (2, 3)])
@@ -61,7 +67,7 @@ def test_split_graph_computes_x_at_w(shape: tuple[int, int]) -> None:
 
     k, n, groups = 256, 48, 4
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((k, n)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)  # stored [G, 1, K / G, N]
     x = rng.standard_normal((*shape, k)).astype(np.float32)
     graph = ir.Graph([], [], nodes=[], opset_imports={"": 23}, name="split_k")
     builder = onnxscript.GraphBuilder(graph)
@@ -72,8 +78,8 @@ def test_split_graph_computes_x_at_w(shape: tuple[int, int]) -> None:
         ),
     )
     x_in = builder.input("x", ir.DataType.FLOAT, ["b", "s", k])
-    weight = builder.initializer(ir.tensor(w), name="w")
-    y = components._split_k_matmul(ctx, x_in, weight, groups, k, n)  # type: ignore[arg-type]
+    weight = builder.initializer(ir.tensor(w.reshape(groups, 1, k // groups, n)), name="w")
+    y = components._split_k_matmul(ctx, x_in, weight, groups, k // groups)  # type: ignore[arg-type]
     y.name = "y"
     graph.outputs.append(y)
     model = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
