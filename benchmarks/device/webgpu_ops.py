@@ -14,7 +14,9 @@ drops out. Cases:
   accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
   (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
   as [G, K / G, N] (the same bytes), a batched MatMul and a ReduceSum of the G partials;
-* ``head/<dtype>``: the float LM head, MatMul(table [V, H], x^T) (at most 3 copies).
+* ``head/<dtype>``: the float LM head, MatMul(table [V, H], x^T) (at most 3 copies);
+* ``proj/mmnb4/HxN/acc<L>`` and ``head/mmnb4/V/acc<L>``: E2B's INT4 projections (as
+  H -> N -> H pairs) and LM head at MatMulNBits accuracy levels 0 and 4.
 
     python benchmarks/device/webgpu_ops.py [--tiny] [--repeats 9] [--replays 200]
 
@@ -180,32 +182,39 @@ def attention(variant: str, heads: int, length: int, dim: int) -> Block:
     return block
 
 
+def nbits(c: Chain, x: str, k: int, n: int, dtype: int, quant: dict[str, int]) -> str:
+    """MatMulNBits ``x [1, 1, K] -> [1, 1, N]`` over random blocks."""
+    bits, block_size = quant["bits"], quant.get("block_size", 32)
+    blocks = (k + block_size - 1) // block_size
+    packed = c.init(c.rng.integers(0, 256, (n, blocks, block_size * bits // 8), np.uint8))
+    scales = c.init((0.01 * c.rng.random(n * blocks)).astype(NP[dtype]), "s")
+    return c.node(
+        "MatMulNBits",
+        [x, packed, scales],
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=bits,
+        block_size=block_size,
+        accuracy_level=quant.get("accuracy_level", 0),
+    )
+
+
 def mlp(variant: str, hidden: int, inner: int, dtype: int, **quant: int) -> Block:
     """x [1, 1, H] -> [1, 1, F] -> [1, 1, H] (no activation between: the cost is the two
     projections)."""
-    bits, block_size = quant.get("bits", 0), quant.get("block_size", 32)
 
     def linear(c: Chain, x: str, k: int, n: int) -> str:
         if variant == "mmnb":
-            blocks = (k + block_size - 1) // block_size
-            packed = c.init(c.rng.integers(0, 256, (n, blocks, block_size * bits // 8), np.uint8))
-            scales = c.init((0.01 * c.rng.random(n * blocks)).astype(NP[dtype]), "s")
-            return c.node(
-                "MatMulNBits",
-                [x, packed, scales],
-                domain="com.microsoft",
-                K=k,
-                N=n,
-                bits=bits,
-                block_size=block_size,
-                accuracy_level=quant.get("accuracy_level", 0),
-            )
+            return nbits(c, x, k, n, dtype, quant)
         if variant == "gemm_t":  # weight stored [N, K]
             flat = c.node("Reshape", [x, c.init(np.array([1, k], np.int64), "shape")])
             y = c.node("Gemm", [flat, c.randn((n, k), NP[dtype], k**-0.5)], transB=1)
             return c.node("Reshape", [y, c.init(np.array([1, 1, n], np.int64), "shape")])
         if variant.startswith("splitk"):  # K in G chunks: a batched MatMul, then their sum
-            groups = int(variant[len("splitk") :])
+            # "splitkG" splits both projections in G, "splitkAxB" the first in A, the second in B
+            counts = [int(g) for g in variant[len("splitk") :].split("x")]
+            groups = counts[0] if k == hidden or len(counts) == 1 else counts[1]
             parts = c.node("Reshape", [x, c.init(np.array([groups, 1, k // groups], np.int64))])
             w = c.randn((groups, k // groups, n), NP[dtype], k**-0.5)
             partial = c.node("MatMul", [parts, w])  # [G, 1, N]
@@ -222,13 +231,17 @@ def mlp(variant: str, hidden: int, inner: int, dtype: int, **quant: int) -> Bloc
     return block
 
 
-def head(hidden: int, vocab: int, dtype: int) -> Block:
-    """The float LM head as the decoder has it: MatMul(table [V, H], x^T) -> [1, V, 1];
-    the first H logits go on as the next block's input (a Slice)."""
+def head(hidden: int, vocab: int, dtype: int, **quant: int) -> Block:
+    """The LM head as the decoder has it: MatMul(table [V, H], x^T) -> [1, V, 1] for a
+    float table, MatMulNBits for a quantized one; the first H logits go on as the next
+    block's input (a Slice)."""
 
     def block(c: Chain, x: str, i: int) -> str:
-        xt = c.node("Transpose", [x], perm=[0, 2, 1])
-        logits = c.node("MatMul", [c.randn((vocab, hidden), NP[dtype], hidden**-0.5), xt])
+        if quant:
+            logits = nbits(c, x, hidden, vocab, dtype, quant)
+        else:
+            xt = c.node("Transpose", [x], perm=[0, 2, 1])
+            logits = c.node("MatMul", [c.randn((vocab, hidden), NP[dtype], hidden**-0.5), xt])
         flat = c.node("Reshape", [logits, c.init(np.array([1, 1, vocab], np.int64))])
         starts, ends = c.init(np.array([0], np.int64)), c.init(np.array([hidden], np.int64))
         return c.node("Slice", [flat, starts, ends, c.init(np.array([2], np.int64))])
@@ -268,7 +281,25 @@ def cases(tiny: bool) -> dict[str, tuple[Block, np.ndarray, int]]:
         out[f"mlp/matmul/{name}"] = (mlp("matmul", hidden, inner, dtype), x, dtype)
         for variant in ("matmul2d", "gemm_t", "splitk4", "splitk8", "splitk16"):
             out[f"mlp/{variant}/{name}"] = (mlp(variant, hidden, inner, dtype), x, dtype)
+        if name == "fp16":  # each projection's own best split: up (K = H), down (K = F)
+            for pair in ("2x4", "4x8", "4x16", "4x32", "8x4", "2x16"):
+                label = f"pair/splitk{pair}/{hidden}x{inner}/{name}"
+                out[label] = (mlp(f"splitk{pair}", hidden, inner, dtype), x, dtype)
+            for pair in ("1x4", "2x2", "4x4", "4x8", "8x8", "2x8"):
+                width = 128 if tiny else 2048
+                label = f"pair/splitk{pair}/{hidden}x{width}/{name}"
+                out[label] = (mlp(f"splitk{pair}", hidden, width, dtype), x, dtype)
         out[f"head/{name}"] = (head(hidden, 4096 if tiny else 131072, dtype), x, dtype)
+    # E2B's quantized projections (K -> N -> K pairs) and LM head at both accuracy levels.
+    x = rng.standard_normal((1, 1, hidden)).astype(np.float16)
+    widths = (32, 128) if tiny else (256, 2048, 2560, 6144)
+    for level in (0, 4):
+        quant = dict(bits=4, block_size=32, accuracy_level=level)
+        for width in widths:
+            block = mlp("mmnb", hidden, width, F16, **quant)
+            out[f"proj/mmnb4/{hidden}x{width}/acc{level}"] = (block, x, F16)
+        vocab = 4096 if tiny else 262144
+        out[f"head/mmnb4/{vocab}/acc{level}"] = (head(hidden, vocab, F16, **quant), x, F16)
     return out
 
 
@@ -295,8 +326,8 @@ def main() -> None:
         started = time.perf_counter()
         try:
             repeats = args.repeats
-            if name.startswith(("mlp/", "head/")):
-                repeats = min(repeats, 5 if name.startswith("mlp/") else 3)
+            if name.startswith(("mlp/", "head/", "pair/")):
+                repeats = min(repeats, 3 if name.startswith("head/") else 5)
             result = measure(block, x, dtype, repeats, args.replays)
         except Exception as exc:
             result = {"error": str(exc).splitlines()[0][:300]}
