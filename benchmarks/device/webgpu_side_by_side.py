@@ -43,7 +43,9 @@ STAGES = HERE / "side_by_side_stages.py"
 OURS = {
     "fp16": ["--dtype", "fp16"],
     "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
+    "int4_fp32": ["--weight-bits", "4", "--embedding-bits", "4", "--dtype", "fp32"],
 }
+DEFAULT_PACKAGES = "ours_fp16,ours_int4,mobius_fp16"
 
 
 class Child:
@@ -192,16 +194,18 @@ def exports(
     work = Path(args.work)
     children: dict[str, tuple[Child, Path]] = {}
     for variant, flags in OURS.items():
+        if f"ours_{variant}" not in args.packages:
+            continue
         out = work / f"ours-{variant}"
         cmd = [sys.executable, "-m", "engine", "build", "--model", str(checkpoint)]
         cmd += ["--ep", args.ep, *flags, "--quiet", "--json", "--overwrite", str(out)]
         children[f"ours_{variant}"] = (Child(cmd), out)
-    if peer is not None:
+    if "mobius_fp16" in args.packages and peer is not None:
         out = work / "mobius-fp16"
         cmd = [sys.executable, "-m", "mobius", "build", "--config", str(checkpoint)]
         cmd += ["--ep", args.ep, "--runtime", "ort-genai", "--dtype", "f16", str(out)]
         children["mobius_fp16"] = (Child(cmd, peer), out)
-    else:
+    elif "mobius_fp16" in args.packages:
         report.stage("export_mobius_fp16", {"skipped": "mobius is not installed here"})
     packages = {}
     for name, (child, out) in children.items():
@@ -315,14 +319,23 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep checkpoint and packages")
     parser.add_argument("--ep", default=None, help="default: webgpu (cpu with --tiny)")
     parser.add_argument("--checkpoint", default=None, help="use this checkpoint (kept)")
+    parser.add_argument(
+        "--packages",
+        default=DEFAULT_PACKAGES,
+        help=f"comma-separated, from {', '.join([*(f'ours_{v}' for v in OURS), 'mobius_fp16'])} "
+        f"(default {DEFAULT_PACKAGES})",
+    )
     args = parser.parse_args()
+    args.packages = set(args.packages.split(","))
     args.preset = "gemma4-tiny" if args.tiny else "gemma4-e2b"
     args.ep = args.ep or ("cpu" if args.tiny else "webgpu")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     out = Path(os.environ.get("OUT") or work)
     report = Report(out / "webgpu_side_by_side.json", args.budget_s, "webgpu_side_by_side")
-    report.data["settings"] = {k: v for k, v in vars(args).items()}
+    report.data["settings"] = {
+        k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()
+    }
     report.stage("environment", environment(args))
     peer = peer_env(args, report)
 
@@ -350,6 +363,8 @@ def main() -> None:
         ("genai", "ours_int4"),
         ("profile", "ours_int4"),
         ("runner", "ours_int4"),
+        ("genai", "ours_int4_fp32"),
+        ("profile", "ours_int4_fp32"),
         ("genai", "ours_fp16"),
         ("profile", "ours_fp16"),
         ("genai", "mobius_fp16"),
