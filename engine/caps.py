@@ -76,6 +76,13 @@ class EpCapabilities:
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
+    float32_logits: bool = False
+    """The decoder outputs fp32 logits whatever the activation dtype (a Cast after the LM
+    head; the final softcap then runs in fp32). onnxruntime-genai 0.18 on WebGPU otherwise
+    converts fp16 logits itself every step: on the H200 its INT4 + INT4 E2B decode under
+    capture ran 90.3 tok/s with fp16 activations and 93.3 with fp32 ones although the fp32
+    graph's GPU time was 6% longer (benchmarks/results/webgpu_side_by_side-2026-12-01c-*).
+    fp16 logits also round to 1/64 at Gemma 4's softcap of 30."""
     split_k: Mapping[str, int] = field(default_factory=dict)
     """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed
     (activation dtype -> G; absent = one MatMul): W stored [K, N] is read as [G, K / G, N]
@@ -178,6 +185,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             explicit_attention_over_cache=True,
             fuse_projections=True,
             split_k={"fp16": 4, "fp32": 16},
+            float32_logits=True,
             max_split_outputs=7,
             int64_index_ops=frozenset({"RotaryEmbedding"}),
             # Measured on onnxruntime-webgpu 1.27 (one-op models at opset 23, CPU fallback
