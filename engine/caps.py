@@ -78,11 +78,12 @@ class EpCapabilities:
     per-node cost dominates (WebGPU)."""
     float32_logits: bool = False
     """The decoder outputs fp32 logits whatever the activation dtype (a Cast after the LM
-    head; the final softcap then runs in fp32). onnxruntime-genai 0.18 on WebGPU otherwise
-    converts fp16 logits itself every step: on the H200 its INT4 + INT4 E2B decode under
-    capture ran 90.3 tok/s with fp16 activations and 93.3 with fp32 ones although the fp32
-    graph's GPU time was 6% longer (benchmarks/results/webgpu_side_by_side-2026-12-01c-*).
-    fp16 logits also round to 1/64 at Gemma 4's softcap of 30."""
+    head; the final softcap then runs in fp32): fp16 logits round to 1/64 near Gemma 4's
+    softcap of 30, enough to flip greedy ties, and onnxruntime-genai 0.18 on WebGPU would
+    convert them to fp32 itself every step. Costs one kernel and 0.5 MB more per step to
+    the host for a 262k vocabulary; on the H200 genai's INT4 + INT4 E2B decode under capture
+    measured 86-95 tok/s across machines either way (benchmarks/results/webgpu_side_by_side-
+    2026-12-01*): the speed effect is not settled."""
     split_k: Mapping[str, int] = field(default_factory=dict)
     """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed
     (activation dtype -> G; absent = one MatMul): W stored [K, N] is read as [G, K / G, N]
