@@ -103,6 +103,13 @@ class WeightPlan:
     def quantized(self) -> bool:
         return self.storage in ("matmulnbits", "gbq")
 
+    @property
+    def k_slices(self) -> int:
+        """Slices of K a float linear's MatMul is split into (1: one MatMul); its weight is
+        then stored [G, 1, K / G, N] (:func:`engine.plan.split_k_groups`)."""
+        shape = self.pieces[0].tensors[0].shape
+        return shape[0] if self.storage == "float_t" and len(shape) == 4 else 1
+
     def tensors(self) -> Iterator[PlannedTensor]:
         for piece in self.pieces:
             yield from piece.tensors

@@ -78,9 +78,10 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
     parts = ctx.parts(wp, piece)
     if wp.storage == "float_t":
         weight = parts["weight"]
-        if weight.shape is not None and len(weight.shape) == 4:  # planned split along K
-            return _split_k_matmul(ctx, x, weight, *_split_dims(weight.shape))
-        return ctx.op.MatMul(x, parts["weight"])
+        if wp.k_slices > 1:  # planned as [G, 1, K / G, N]
+            groups, _, depth, _ = piece.tensors[0].shape
+            return _split_k_matmul(ctx, x, weight, groups, depth)
+        return ctx.op.MatMul(x, weight)
     assert wp.storage == "matmulnbits" and wp.bits is not None and wp.block_size is not None
     rows, cols = _piece_shape(wp, index)
     qweight = parts["qweight"]
@@ -100,12 +101,6 @@ def _matmul_piece(ctx: BuildContext, x: ir.Value, wp: WeightPlan, index: int) ->
         block_size=wp.block_size,
         accuracy_level=ctx.options.accuracy_level or 0,
     )
-
-
-def _split_dims(shape: ir.Shape) -> tuple[int, int]:
-    groups, depth = shape[0], shape[2]
-    assert isinstance(groups, int) and isinstance(depth, int)
-    return groups, depth
 
 
 def _split_k_matmul(

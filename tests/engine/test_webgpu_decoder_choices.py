@@ -133,3 +133,17 @@ def test_logits_dtype(ep: str, options: dict, logits: ir.DataType) -> None:
     assert divide is not None and divide.op_type == "Div"
     cap = divide.inputs[1].const_value
     assert cap is not None and cap.dtype == logits  # the softcap runs in the logits' dtype
+
+
+def test_plan_report_names_the_split() -> None:
+    from engine.plan_report import render_plan
+
+    spec = load_preset("gemma4-e2b")
+    webgpu = plan(spec, ExportOptions(ep="webgpu", modalities=("text",)))
+    down = next(w for w in webgpu.sessions[0].weights if w.name.endswith("15.mlp.down_proj.weight"))
+    assert down.k_slices == 4
+    assert "layers.15.mlp.gate_up_proj.weight" in render_plan(webgpu)
+    assert "K in 4 slices (split-K MatMul)" in render_plan(webgpu)
+    cpu = plan(spec, ExportOptions(ep="cpu", modalities=("text",)))
+    assert all(w.k_slices == 1 for s in cpu.sessions for w in s.weights)
+    assert "split-K" not in render_plan(cpu)
