@@ -29,11 +29,12 @@ def spread_text(result: BenchResult) -> str:
 
 
 class LatestRunsChart(QWidget):
-    """One small bar chart per metric: capture off and on side by side; decode carries its
-    min-max whisker (the spread over repeats). The charts wrap onto rows as the width
-    shrinks; before any run a sentence says how to get one."""
+    """One small bar chart per metric: capture off and on side by side, each bar labelled
+    with its value (so no value axis: its ticks crowd a short plot); decode carries its
+    min-max whisker (the spread over repeats). The charts stay on one row while each gets
+    :attr:`MIN_PLOT_WIDTH` pixels, then wrap; before any run a sentence says how to get one."""
 
-    MIN_PLOT_WIDTH = 150
+    MIN_PLOT_WIDTH = 110
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -76,6 +77,7 @@ class LatestRunsChart(QWidget):
             plot.setMouseEnabled(x=False, y=False)
             plot.setMenuEnabled(False)
             plot.hideButtons()
+            plot.hideAxis("left")
             self.plots[metric.key] = plot
 
     def resizeEvent(self, event: QResizeEvent) -> None:
@@ -103,11 +105,10 @@ class LatestRunsChart(QWidget):
             plot = self.plots[metric.key]
             plot.clear()
             plot.setTitle(f"{metric.title} ({metric.unit})", size="8pt", color=fg)
-            for axis in ("left", "bottom"):
-                plot.getAxis(axis).setPen(pg.mkPen(fg))
-                plot.getAxis(axis).setTextPen(pg.mkPen(fg))
-                plot.getAxis(axis).enableAutoSIPrefix(False)
-            plot.getAxis("bottom").setTicks([[(0, "off"), (1, "on")]])
+            axis = plot.getAxis("bottom")
+            axis.setPen(pg.mkPen(fg))
+            axis.setTextPen(pg.mkPen(fg))
+            axis.setTicks([[(0, "off"), (1, "on")]])
             peak = 0.0
             for x, result, color in runs:
                 if result is None:
@@ -134,7 +135,7 @@ class LatestRunsChart(QWidget):
                 plot.addItem(label)
                 peak = max(peak, top)
             plot.setXRange(-0.6, 1.6, padding=0)
-            plot.setYRange(0, max(peak, 1e-9) * 1.5, padding=0)
+            plot.setYRange(0, max(peak, 1e-9) * 1.6, padding=0)  # room for the labels
         for name, result in (("capture off", off), ("capture on", on)):
             if result is not None:
                 lines.append(
