@@ -76,18 +76,11 @@ class EpCapabilities:
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
-    float32_logits: bool = False
-    """The decoder outputs fp32 logits whatever the activation dtype (a Cast after the LM
-    head; the final softcap then runs in fp32): fp16 logits round to 1/64 near Gemma 4's
-    softcap of 30, enough to flip greedy ties, and onnxruntime-genai 0.18 on WebGPU would
-    convert them to fp32 itself every step. Costs one kernel and 0.5 MB more per step to
-    the host for a 262k vocabulary; on the H200 genai's INT4 + INT4 E2B decode under capture
-    measured 86-95 tok/s across machines either way (benchmarks/results/webgpu_side_by_side-
-    2026-12-01*): the speed effect is not settled."""
     split_k: Mapping[str, int] = field(default_factory=dict)
     """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed
-    (activation dtype -> G; absent = one MatMul): W stored [K, N] is read as [G, K / G, N]
-    (the same bytes), x [B, S, K] as [G, B, S, K / G], one batched MatMul, one ReduceSum.
+    (activation dtype -> G; absent = one MatMul): W is stored [G, 1, K / G, N] (the bytes
+    of [K, N]), x [B, S, K] read as [G, B, S, K / G] (a Transpose: prefill stays one GEMM
+    per slice), one batched MatMul, one ReduceSum.
     onnxruntime-webgpu 1.27's MatMul keeps one workgroup per 32 output columns walking all
     of K, which leaves a decode step's [1, K] x [K, N] latency-bound: on the H200, E2B's
     [1536 -> 12288 -> 1536] MLP under capture costs 403 us as two fp16 MatMuls, 134 us
@@ -186,7 +179,6 @@ _REGISTRY: dict[str, EpCapabilities] = {
             explicit_attention_over_cache=True,
             fuse_projections=True,
             split_k={"fp16": 4, "fp32": 16},
-            float32_logits=True,
             max_split_outputs=7,
             int64_index_ops=frozenset({"RotaryEmbedding"}),
             # Measured on onnxruntime-webgpu 1.27 (one-op models at opset 23, CPU fallback

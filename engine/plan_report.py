@@ -49,8 +49,9 @@ def render_plan(plan: ExportPlan, top: int = 12) -> str:
                 split = f"{len(w.pieces)} pieces, largest buffer {format_bytes(each)}"
             elif w.exceeds:
                 split = "OVER LIMIT: " + ", ".join(w.exceeds)
-            elif w.k_slices > 1:
-                split = f"K in {w.k_slices} slices (split-K MatMul)"
+            if w.k_slices > 1:
+                slices = f"K in {w.k_slices} slices (split-K MatMul)"
+                split = f"{split}; {slices}" if split else slices
             if w.shares:
                 split = (split + "; " if split else "") + f"uses {w.shares}"
             lines.append(

@@ -327,6 +327,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.packages = set(args.packages.split(","))
+    known = {*(f"ours_{v}" for v in OURS), "mobius_fp16"}
+    if args.packages - known:
+        parser.error(f"unknown --packages {sorted(args.packages - known)}; known: {sorted(known)}")
     args.preset = "gemma4-tiny" if args.tiny else "gemma4-e2b"
     args.ep = args.ep or ("cpu" if args.tiny else "webgpu")
     work = Path(args.work)

@@ -225,7 +225,6 @@ def gelu(ctx: BuildContext, x: ir.Value, activation: str) -> ir.Value:
     return gelu_tanh(ctx, x)
 
 
-def softcap(ctx: BuildContext, x: ir.Value, cap: float, *, float32: bool = False) -> ir.Value:
-    """``cap * tanh(x / cap)``, in the activation dtype or (``float32``) in fp32."""
-    scale = ctx.const(np.array(cap, np.float32)) if float32 else ctx.scalar(cap)
-    return ctx.op.Mul(ctx.op.Tanh(ctx.op.Div(x, scale)), scale)
+def softcap(ctx: BuildContext, x: ir.Value, cap: float) -> ir.Value:
+    """``cap * tanh(x / cap)``."""
+    return ctx.op.Mul(ctx.op.Tanh(ctx.op.Div(x, ctx.scalar(cap))), ctx.scalar(cap))

@@ -44,13 +44,14 @@ def test_sliding_window_is_exercised(tiny_models):
         assert len(PROMPT) + DECODE_STEPS > model.config.sliding_window
 
 
-@pytest.mark.parametrize("config", ["all_features", "k_eq_v"])
+@pytest.mark.parametrize("config", ["all_features", "k_eq_v", "mqa"])
 def test_webgpu_lowering_matches_transformers_on_the_cpu_ep(
     tiny_models, tmp_path: Path, config: str
 ):
-    """The WebGPU package (int32 I/O; GroupQueryAttention only writes the KV cache and
-    attention is explicit over the whole buffer with a position mask) computes the same
-    model; run here on the CPU EP."""
+    """The WebGPU package (int32 I/O; K/V written into static buffers, attention explicit
+    in fp32 over a sliding layer's window or a full layer's buffer with a position mask)
+    computes the same model; run here on the CPU EP. ``mqa`` has one KV head on every
+    layer: its scores are the Gemm with the rank-2 mask, sliding and full."""
     model_dir, model = tiny_models.get(config)
     out = tmp_path / "pkg"
     result = export(out, model_dir=model_dir, options=ExportOptions(ep="webgpu", dtype="fp32"))

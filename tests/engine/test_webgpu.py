@@ -106,7 +106,7 @@ class Case:
     sliding_window: int
 
 
-@pytest.fixture(scope="module", params=["all_features", "k_eq_v", "gemma4-tiny"])
+@pytest.fixture(scope="module", params=["all_features", "k_eq_v", "mqa", "gemma4-tiny"])
 def case(request, tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Case:
     """WebGPU (fp32) and CPU (fp32) packages of one tiny Gemma 4."""
     root = tmp_path_factory.mktemp(f"webgpu_{request.param}")

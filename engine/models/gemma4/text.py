@@ -329,14 +329,9 @@ class TextDecoder(Module):
             layer_input = per_layer[layer._index] if per_layer is not None else None
             hidden = layer(ctx, hidden, layer_input, state)
         logits = lm_head(ctx, self.norm(ctx, hidden))
-        logits_dtype = ctx.dtype
-        if ctx.caps.float32_logits and ctx.dtype != ir.DataType.FLOAT:
-            logits, logits_dtype = ctx.op.Cast(logits, to=ir.DataType.FLOAT), ir.DataType.FLOAT
         if spec.final_logit_softcapping:
-            cap = spec.final_logit_softcapping
-            logits = softcap(ctx, logits, cap, float32=logits_dtype == ir.DataType.FLOAT)
-        shape: list[int | str] = ["batch_size", "sequence_length", spec.vocab_size]
-        ctx.output(logits, "logits", logits_dtype, shape)
+            logits = softcap(ctx, logits, spec.final_logit_softcapping)
+        ctx.output(logits, "logits", ctx.dtype, ["batch_size", "sequence_length", spec.vocab_size])
         for cache, layer_spec in enumerate(spec.kv_layers):
             key, value = state.presents[layer_spec.index]
             kv_shape: list[int | str] = [
