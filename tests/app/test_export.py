@@ -163,9 +163,12 @@ def test_the_heartbeat_does_catch_a_worker_holding_the_gil(qtbot):
     """What a numpy call on a large tensor in the export thread would do: one C call that
     never lets the GIL go (here ``sum`` over a range), while the UI thread waits for it."""
     n = 1_000_000
-    started = time.thread_time()
-    sum(range(n))
-    n = int(n * 0.3 / max(time.thread_time() - started, 1e-4))  # about 300 ms of CPU
+    timings = []
+    for _ in range(3):  # the least of three: a first call can pay for page faults
+        started = time.thread_time()
+        sum(range(n))
+        timings.append(time.thread_time() - started)
+    n = int(n * 0.4 / max(min(timings), 1e-4))  # about 400 ms of CPU
     done, release = threading.Event(), threading.Event()
     # The worker lives on after its call, as an export thread does: a thread that has
     # ended by the next tick takes its CPU time with it (Linux drops its task entry).
