@@ -1,4 +1,7 @@
-"""An image, an audio clip and the text of a benchmark prompt for a multimodal package.
+"""Images, audio clips and the text of a benchmark prompt for a multimodal package.
+
+Each field takes one file or several separated by ``;`` (its picker selects several at
+once); they go into the prompt in that order.
 
 Each picker is enabled only where the package has the session that reads it (vision for
 images, speech for audio) and onnxruntime-genai is installed; otherwise it is disabled with
@@ -19,14 +22,14 @@ from app.package_jobs import PackageFacts
 KINDS = {
     "image": (
         "&Image",
-        "An image (PNG, JPEG, GIF or BMP) sent with the prompt: the time to first token then "
-        "includes the vision session.",
+        "Images (PNG, JPEG, GIF or BMP; several separated by ;) sent with the prompt: the "
+        "time to first token then includes the vision session.",
         "Images (*.png *.jpg *.jpeg *.gif *.bmp)",
     ),
     "audio": (
         "Au&dio",
-        "An audio clip (WAV, FLAC or MP3) sent with the prompt: the time to first token then "
-        "includes the speech session.",
+        "Audio clips (WAV, FLAC or MP3; several separated by ;) sent with the prompt: the "
+        "time to first token then includes the speech session.",
         "Audio (*.wav *.flac *.mp3)",
     ),
 }
@@ -53,7 +56,7 @@ class MediaInputs(QWidget):
             edit.setAccessibleName(f"{label.replace('&', '')} file")
             edit.setAccessibleDescription(help_text)
             button = QPushButton("…")
-            button.setAccessibleName(f"Choose the {kind} file")
+            button.setAccessibleName(f"Choose {kind} files")
             button.setMaximumWidth(32)
             button.clicked.connect(lambda _=False, k=kind: self._choose(k))
             edit.textChanged.connect(self.changed)
@@ -102,7 +105,7 @@ class MediaInputs(QWidget):
                 widget.setEnabled(problem is None)
             self.paths[kind].setToolTip(f"Not available: {problem}" if problem else help_text)
             self.browse[kind].setToolTip(
-                f"Not available: {problem}" if problem else f"Choose the {kind} file"
+                f"Not available: {problem}" if problem else f"Choose one or more {kind} files"
             )
         self.prompt.setEnabled(facts is not None and bool(facts.media))
         self.prompt.setToolTip(
@@ -114,14 +117,15 @@ class MediaInputs(QWidget):
 
     def _files(self, kind: str) -> tuple[Path, ...]:
         edit = self.paths[kind]
-        text = edit.text().strip()
-        return (Path(text).expanduser(),) if text and edit.isEnabled() else ()
+        if not edit.isEnabled():
+            return ()
+        return tuple(Path(p.strip()).expanduser() for p in edit.text().split(";") if p.strip())
 
     def _choose(self, kind: str) -> None:
         label, _, pattern = KINDS[kind]
-        path, _ = QFileDialog.getOpenFileName(self, label.replace("&", ""), "", pattern)
-        if path:
-            self.paths[kind].setText(path)
+        paths, _ = QFileDialog.getOpenFileNames(self, label.replace("&", ""), "", pattern)
+        if paths:
+            self.paths[kind].setText("; ".join(paths))
 
 
 def media_words(kinds: tuple[str, ...]) -> str:

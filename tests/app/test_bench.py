@@ -198,6 +198,34 @@ def test_an_image_and_audio_prompt_runs_through_genai_with_the_encoders(
     assert reopened.runs[-1].result == result  # media and all, read back
 
 
+def test_several_images_go_into_one_prompt(
+    qtbot, window: MainWindow, mm_packages, monkeypatch, tmp_path
+):
+    """The picker selects several files; the field lists them separated by ';' and the
+    prompt carries them in that order (the CPU package takes any number of images)."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from tests._support.media import write_png
+
+    second = write_png(tmp_path / "second picture.png", 48, 80)
+    picked = [str(mm_packages["image"]), str(second)]
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (picked, ""))
+    panel = _open(qtbot, window, mm_packages["all"])
+    media = panel.media
+    qtbot.mouseClick(media.browse["image"], Qt.MouseButton.LeftButton)
+    assert media.paths["image"].text() == "; ".join(picked)
+    assert media.images == (mm_packages["image"], second)  # a space in a name survives
+    media.paths["image"].setText(f" {picked[0]} ;; {picked[1]}; ")  # typed by hand
+    assert media.images == (mm_packages["image"], second)
+    panel.repeats.setValue(1)
+    panel.new_tokens.setValue(2)
+    with qtbot.waitSignal(panel.finished, timeout=180_000) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    (result,) = done.args[0].results
+    assert result.media == ("image", "image")
+    assert "Prompt with 2 images" in panel.note.text()
+
+
 def test_media_pickers_say_why_a_package_cannot_take_them(qtbot, window: MainWindow, mm_packages):
     panel = _open(qtbot, window, mm_packages["vision"])
     media = panel.media
