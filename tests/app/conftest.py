@@ -19,6 +19,8 @@ from app import dialogs
 from app.qt_compat import binding_problem
 from app.settings import AppSettings
 from app.windows.main_window import MainWindow
+from engine.options import ExportOptions
+from engine.pipeline import ExportResult, export
 
 BINDING_PROBLEM = binding_problem()
 LEAD_SCREENS = Path(os.environ.get("EXPORT_STUDIO_SCREENS", "/tmp/app-screens"))
@@ -26,6 +28,20 @@ LEAD_SCREENS = Path(os.environ.get("EXPORT_STUDIO_SCREENS", "/tmp/app-screens"))
 
 def make_settings(folder: Path) -> AppSettings:
     return AppSettings(QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat))
+
+
+def export_split_webgpu_tiny(out: Path) -> ExportResult:
+    """gemma4-tiny for WebGPU with INT4 embeddings under a 16 KiB buffer limit: its tables
+    split into pieces (random weights, seconds)."""
+    options = ExportOptions(
+        ep="webgpu",
+        embedding_bits=4,
+        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
+        max_buffer_size=16 * 1024,
+        force=True,  # the linear weights are over so small a limit; the tables split
+        random_weights=True,
+    )
+    return export(out, preset="gemma4-tiny", options=options)
 
 
 @pytest.fixture(autouse=True)

@@ -14,10 +14,8 @@ from app.state import ModelSource
 from app.widgets.inspector_panel import InspectorPanel
 from app.windows.about import AboutDialog, versions
 from app.windows.main_window import MainWindow
-from engine.options import ExportOptions
-from engine.pipeline import export
 from engine.presets import preset_config
-from tests.app.conftest import wait_for_preview
+from tests.app.conftest import export_split_webgpu_tiny, wait_for_preview
 
 FOREIGN = Path(__file__).resolve().parents[1] / "engine" / "data" / "genai-builder-llama-int4"
 
@@ -67,15 +65,7 @@ def test_another_exporters_package_is_inspected_audited_and_edited(
 
 
 def test_our_split_package_shows_its_splits_against_its_limit(qtbot, window: MainWindow, tmp_path):
-    options = ExportOptions(
-        ep="webgpu",
-        embedding_bits=4,
-        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
-        max_buffer_size=16 * 1024,
-        force=True,  # the linear weights are over so small a limit; the tables split
-        random_weights=True,
-    )
-    result = export(tmp_path / "pkg", preset="gemma4-tiny", options=options)
+    result = export_split_webgpu_tiny(tmp_path / "pkg")
     info = _inspect(qtbot, window.inspector, result.output)
     split = [w for w in result.plan.decoder.weights if w.is_split and not w.shares]
     panel = window.inspector

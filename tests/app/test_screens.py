@@ -20,9 +20,7 @@ from app.state import ModelSource
 from app.theme import contrast_ratio, dark_palette
 from app.windows.about import AboutDialog
 from app.windows.main_window import MainWindow
-from engine.options import ExportOptions
-from engine.pipeline import export
-from tests.app.conftest import make_settings, wait_for_preview
+from tests.app.conftest import export_split_webgpu_tiny, make_settings, wait_for_preview
 
 SCREENS = Path(os.environ.get("EXPORT_STUDIO_SCREENS", "/tmp/app-screens"))
 SIZES = ((1600, 1000), (1024, 700))
@@ -43,17 +41,7 @@ def palette(request, qapp) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> Path:
-    options = ExportOptions(
-        ep="webgpu",
-        embedding_bits=4,
-        block_size=16,  # WebGPU reads 4-bit rows of an even block count only
-        max_buffer_size=16 * 1024,
-        force=True,  # the linear weights are over so small a limit; the tables split
-        random_weights=True,
-    )
-    return export(
-        tmp_path_factory.mktemp("screens") / "tiny-webgpu", preset="gemma4-tiny", options=options
-    ).output
+    return export_split_webgpu_tiny(tmp_path_factory.mktemp("screens") / "tiny-webgpu").output
 
 
 def _visible_labels(root: QWidget) -> list[QLabel]:
