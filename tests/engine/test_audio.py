@@ -277,6 +277,10 @@ def test_genai_feeds_its_log_mel_to_the_speech_session(tmp_path: Path):
     # fp16 package (input still float32, features fp16): runs the whole way, and fed
     # transformers' tokens its logits stay within the fp16 tolerance (a free-running
     # greedy run may leave a near tie: 0.06 on step 0 flips this tiny model's first token).
+    # The bound sits under verify's own fp16 cosine (0.995) with room for the machine: the
+    # audio prefill (step 0) measured above 0.999 on earlier CI machines and 0.9989 on a
+    # Xeon with AVX512-FP16 (onnxruntime 1.31.1 and 1.32.0 alike; every later step and
+    # text-only prompts >= 0.9996 there).
     from engine.runtime.media import MediaPrompt
     from engine.runtime.verify_media import verify_media
 
@@ -287,7 +291,7 @@ def test_genai_feeds_its_log_mel_to_the_speech_session(tmp_path: Path):
         MediaPrompt.build("hello", (), (str(clip),)),
         steps=steps,
     )
-    assert fp16.passed and fp16.min_cosine > 0.999, fp16.to_json()
+    assert fp16.passed and fp16.min_cosine > 0.998, fp16.to_json()
 
 
 webgpu_env = test_webgpu.webgpu_env
