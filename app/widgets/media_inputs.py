@@ -1,7 +1,9 @@
 """Images, audio clips and the text of a benchmark prompt for a multimodal package.
 
-Each field takes one file or several separated by ``;`` (its picker selects several at
-once); they go into the prompt in that order.
+The image field takes one file or several separated by ``;`` (its picker selects several
+at once; what it picked is kept as picked, so a name with ``;`` in it survives); they go into
+the prompt in that order. The audio field takes one clip: onnxruntime-genai 0.18 takes one per
+prompt.
 
 Each picker is enabled only where the package has the session that reads it (vision for
 images, speech for audio) and onnxruntime-genai is installed; otherwise it is disabled with
@@ -28,11 +30,14 @@ KINDS = {
     ),
     "audio": (
         "Au&dio",
-        "Audio clips (WAV, FLAC or MP3; several separated by ;) sent with the prompt: the "
-        "time to first token then includes the speech session.",
+        "One audio clip (WAV, FLAC or MP3; onnxruntime-genai takes one per prompt) sent with "
+        "the prompt: the time to first token then includes the speech session.",
         "Audio (*.wav *.flac *.mp3)",
     ),
 }
+SEVERAL = {"image": True, "audio": False}
+"""Whether a field takes several files (genai 0.18 takes one audio clip per prompt)."""
+SEPARATOR = "; "
 PROMPT_HELP = (
     "The text sent with the image and audio; markers for them are added at its start when "
     "it has none. Empty: “Describe what you see and hear.”"
@@ -48,15 +53,18 @@ class MediaInputs(QWidget):
         super().__init__(parent)
         self.paths: dict[str, QLineEdit] = {}
         self.browse: dict[str, QPushButton] = {}
+        self._picked: dict[str, tuple[str, ...]] = {}
+        """What each picker chose, kept while its field still shows exactly that."""
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         for column, (kind, (label, help_text, _)) in enumerate(KINDS.items()):
             edit = QLineEdit()
             edit.setPlaceholderText("none")
-            edit.setAccessibleName(f"{label.replace('&', '')} file")
+            files = "files" if SEVERAL[kind] else "file"
+            edit.setAccessibleName(f"{label.replace('&', '')} {files}")
             edit.setAccessibleDescription(help_text)
             button = QPushButton("…")
-            button.setAccessibleName(f"Choose {kind} files")
+            button.setAccessibleName(f"Choose {kind} {files}")
             button.setMaximumWidth(32)
             button.clicked.connect(lambda _=False, k=kind: self._choose(k))
             edit.textChanged.connect(self.changed)
@@ -105,7 +113,11 @@ class MediaInputs(QWidget):
                 widget.setEnabled(problem is None)
             self.paths[kind].setToolTip(f"Not available: {problem}" if problem else help_text)
             self.browse[kind].setToolTip(
-                f"Not available: {problem}" if problem else f"Choose one or more {kind} files"
+                f"Not available: {problem}"
+                if problem
+                else f"Choose one or more {kind} files"
+                if SEVERAL[kind]
+                else f"Choose an {kind} file"
             )
         self.prompt.setEnabled(facts is not None and bool(facts.media))
         self.prompt.setToolTip(
@@ -116,16 +128,31 @@ class MediaInputs(QWidget):
         self.changed.emit()
 
     def _files(self, kind: str) -> tuple[Path, ...]:
+        """The field's files: as picked while the field shows the pick; else its text, as one
+        path where it takes one (or names one existing file), else split at ``;``."""
         edit = self.paths[kind]
         if not edit.isEnabled():
             return ()
-        return tuple(Path(p.strip()).expanduser() for p in edit.text().split(";") if p.strip())
+        text = edit.text()
+        picked = self._picked.get(kind)
+        if picked is not None and text == SEPARATOR.join(picked):
+            return tuple(Path(p) for p in picked)
+        whole = Path(text.strip()).expanduser()
+        if not SEVERAL[kind] or whole.is_file():
+            return (whole,) if text.strip() else ()
+        return tuple(Path(p.strip()).expanduser() for p in text.split(";") if p.strip())
 
     def _choose(self, kind: str) -> None:
         label, _, pattern = KINDS[kind]
-        paths, _ = QFileDialog.getOpenFileNames(self, label.replace("&", ""), "", pattern)
+        title = label.replace("&", "")
+        if SEVERAL[kind]:
+            paths, _ = QFileDialog.getOpenFileNames(self, title, "", pattern)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, title, "", pattern)
+            paths = [path] if path else []
         if paths:
-            self.paths[kind].setText("; ".join(paths))
+            self._picked[kind] = tuple(paths)
+            self.paths[kind].setText(SEPARATOR.join(paths))
 
 
 def media_words(kinds: tuple[str, ...]) -> str:

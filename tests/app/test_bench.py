@@ -207,15 +207,20 @@ def test_several_images_go_into_one_prompt(
 
     from tests._support.media import write_png
 
-    second = write_png(tmp_path / "second picture.png", 48, 80)
+    second = write_png(tmp_path / "second; picture.png", 48, 80)
+    third = write_png(tmp_path / "third picture.png", 40, 40)
     picked = [str(mm_packages["image"]), str(second)]
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (picked, ""))
     panel = _open(qtbot, window, mm_packages["all"])
     media = panel.media
     qtbot.mouseClick(media.browse["image"], Qt.MouseButton.LeftButton)
     assert media.paths["image"].text() == "; ".join(picked)
-    assert media.images == (mm_packages["image"], second)  # a space in a name survives
-    media.paths["image"].setText(f" {picked[0]} ;; {picked[1]}; ")  # typed by hand
+    assert media.images == (mm_packages["image"], second)  # ';' and a space survive a pick
+    media.paths["image"].setText(f" {picked[0]} ;; {third}; ")  # typed by hand: split at ';'
+    assert media.images == (mm_packages["image"], third)
+    media.paths["image"].setText(str(second))  # one existing file, typed alone
+    assert media.images == (second,)
+    qtbot.mouseClick(media.browse["image"], Qt.MouseButton.LeftButton)
     assert media.images == (mm_packages["image"], second)
     panel.repeats.setValue(1)
     panel.new_tokens.setValue(2)
@@ -224,6 +229,25 @@ def test_several_images_go_into_one_prompt(
     (result,) = done.args[0].results
     assert result.media == ("image", "image")
     assert "Prompt with 2 images" in panel.note.text()
+
+
+def test_the_audio_picker_takes_one_clip(
+    qtbot, window: MainWindow, mm_packages, monkeypatch, tmp_path
+):
+    """genai 0.18 takes one audio clip per prompt: the picker selects one and the field
+    reads one path, ';' and all."""
+    from PySide6.QtWidgets import QFileDialog
+
+    clip = tmp_path / "a; clip.wav"
+    clip.write_bytes(mm_packages["audio"].read_bytes())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(clip), ""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: pytest.fail("several"))
+    media = _open(qtbot, window, mm_packages["all"]).media
+    assert "one per prompt" in media.paths["audio"].toolTip()
+    qtbot.mouseClick(media.browse["audio"], Qt.MouseButton.LeftButton)
+    assert media.audios == (clip,)
+    media.paths["audio"].setText(f" {clip} ")  # typed by hand: still one path
+    assert media.audios == (clip,)
 
 
 def test_media_pickers_say_why_a_package_cannot_take_them(qtbot, window: MainWindow, mm_packages):
