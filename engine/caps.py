@@ -84,7 +84,9 @@ class EpCapabilities:
     onnxruntime-webgpu 1.27's MatMul keeps one workgroup per 32 output columns walking all
     of K, which leaves a decode step's [1, K] x [K, N] latency-bound: on the H200, E2B's
     [1536 -> 12288 -> 1536] MLP under capture costs 403 us as two fp16 MatMuls, 134 us
-    split in 4 (fp32: 383 us, 100 us split in 16; benchmarks/device/webgpu_ops.py)."""
+    split in 4 (fp32: 383 us, 100 us split in 16; benchmarks/device/webgpu_ops.py, whose
+    split case reshapes x without the Transpose: the graph's adds one ~7 us kernel per
+    linear at decode)."""
     host_ops: frozenset[str] = frozenset()
     """Ops this EP has no kernel for (they run on the CPU, which breaks capture)."""
     max_split_outputs: int | None = None
