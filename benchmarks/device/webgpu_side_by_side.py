@@ -1,8 +1,9 @@
 """Gemma 4 E2B on WebGPU, ours against the peer exporter (mobius), in one device call.
 
 1. records the environment;
-2. builds one random full-size E2B checkpoint with transformers on the GPU (with the
-   peer's transformers first on PYTHONPATH, so both exporters read a config they know);
+2. builds one random full-size E2B checkpoint (``--preset gemma4-e4b``: E4B) with
+   transformers on the GPU (with the peer's transformers first on PYTHONPATH, so both
+   exporters read a config they know);
 3. exports it three ways at once: ours fp16, ours INT4 weights + INT4 embeddings, mobius
    fp16; each export's wall time and peak RSS (the kernel's, from ``wait4``) and decoder
    node count are recorded, then the checkpoint is deleted;
@@ -320,6 +321,12 @@ def main() -> None:
     parser.add_argument("--ep", default=None, help="default: webgpu (cpu with --tiny)")
     parser.add_argument("--checkpoint", default=None, help="use this checkpoint (kept)")
     parser.add_argument(
+        "--preset",
+        default="gemma4-e2b",
+        choices=("gemma4-e2b", "gemma4-e4b"),
+        help="architecture of the random checkpoint (--tiny: gemma4-tiny)",
+    )
+    parser.add_argument(
         "--packages",
         default=DEFAULT_PACKAGES,
         help=f"comma-separated, from {', '.join([*(f'ours_{v}' for v in OURS), 'mobius_fp16'])} "
@@ -330,7 +337,8 @@ def main() -> None:
     known = {*(f"ours_{v}" for v in OURS), "mobius_fp16"}
     if args.packages - known:
         parser.error(f"unknown --packages {sorted(args.packages - known)}; known: {sorted(known)}")
-    args.preset = "gemma4-tiny" if args.tiny else "gemma4-e2b"
+    if args.tiny:
+        args.preset = "gemma4-tiny"
     args.ep = args.ep or ("cpu" if args.tiny else "webgpu")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
