@@ -1,5 +1,7 @@
 """Gemma 4 E2B's head sizes (256 sliding, 512 global) on WebGPU, at toy width (hidden 64):
 fp32 runs and matches transformers; fp16's graph is as precise as the CPU fp16 package.
+fp32 and capture run with two KV heads (as E4B: the scores an Einsum) and with one (as E2B:
+the scores a Gemm with the mask as its C).
 
 Each fp16 comparison is teacher-forced on transformers' greedy tokens over four prompts
 (11 tokens, then 24 decode steps past the 8-token window) and measured as the mean over
@@ -38,19 +40,33 @@ def _prompts() -> list[list[int]]:
     return [fixed] + [[int(t) for t in rng.integers(4, 300, 11)] for _ in range(3)]
 
 
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def _wide(tmp_path_factory: pytest.TempPathFactory, kv_heads: int) -> dict[str, Any]:
     """A toy Gemma 4 with E2B's head sizes and transformers' greedy runs of every prompt."""
     from tests._support.tiny_gemma import hf_greedy, make_checkpoint
 
-    root = tmp_path_factory.mktemp("wide_heads")
-    model = make_checkpoint(root / "ckpt", **HEAD_SIZES)
+    root = tmp_path_factory.mktemp(f"wide_heads_kv{kv_heads}")
+    model = make_checkpoint(root / "ckpt", num_key_value_heads=kv_heads, **HEAD_SIZES)
     references = []
     for prompt in _prompts():
         tokens, logits = hf_greedy(model, prompt, STEPS)
         rows = np.stack([logits[0][-1], *(step[-1] for step in logits[1:])])
         references.append({"prompt": prompt, "tokens": tokens, "rows": rows})
     return {"root": root, "checkpoint": root / "ckpt", "references": references}
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two KV heads (four query heads): attention scores as an Einsum."""
+    return _wide(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="module")
+def wide_one_kv_head(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One KV head, as E2B: attention scores as a Gemm."""
+    return _wide(tmp_path_factory, 1)
+
+
+BOTH = pytest.mark.parametrize("model", ["wide", "wide_one_kv_head"])
 
 
 def _package(wide: dict[str, Any], ep: str, dtype: str) -> Path:
@@ -108,9 +124,11 @@ def _error(
     return {"mean": float(np.mean(means)), "top1": agree}
 
 
-def test_fp32_runs_at_e2b_head_sizes_with_and_without_capture(wide, webgpu_env, tmp_path):
+@BOTH
+def test_fp32_runs_at_e2b_head_sizes_with_and_without_capture(model, request, webgpu_env, tmp_path):
     """onnxruntime-webgpu 1.27's GroupQueryAttention cannot build its fp32 prefill pipeline
     at head size 512 (64 KiB of workgroup storage); the static-buffer lowering has none."""
+    wide = request.getfixturevalue(model)
     package = _package(wide, "webgpu", "fp32")
     reference = wide["references"][0]
     report = _forced(
@@ -131,7 +149,9 @@ def test_fp32_runs_at_e2b_head_sizes_with_and_without_capture(wide, webgpu_env, 
     assert max(next(iter(pair.values()))) <= CAPTURE_TOL, pair
 
 
-def test_fp16_capture_equals_no_capture_at_e2b_head_sizes(wide, webgpu_env, tmp_path):
+@BOTH
+def test_fp16_capture_equals_no_capture_at_e2b_head_sizes(model, request, webgpu_env, tmp_path):
+    wide = request.getfixturevalue(model)
     package = _package(wide, "webgpu", "fp16")
     report = _forced(
         webgpu_env,
