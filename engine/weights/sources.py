@@ -33,26 +33,16 @@ class WeightSource(Protocol):
     ) -> np.ndarray: ...
 
 
-class PartReader(Protocol):
-    def __call__(
-        self,
-        weight: LogicalWeight,
-        axis: int,
-        start: int,
-        stop: int,
-        rows: tuple[int, int] | None = None,
-    ) -> np.ndarray: ...
-
-
 def read_fused(
     weight: LogicalWeight,
     axis: int,
     start: int,
     stop: int,
-    read_part: PartReader,
+    source: WeightSource,
     rows: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """A slice of a fused weight, assembled from its parts (concatenated along axis 0).
+    """A slice of a fused weight, assembled from its parts (concatenated along axis 0),
+    each read through ``source``.
 
     Only the parts the wanted rows overlap are read, each over just the overlapping rows:
     the rows ``start:stop`` of a row slice, or ``rows`` (all when None) of a column slice
@@ -69,7 +59,7 @@ def read_fused(
         offset += count
         if lo < hi:
             part_rows = None if rows is None else (lo, hi)
-            chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, part_rows, read_part))
+            chunks.append(_part_rows(part, rank, axis, start, stop, lo, hi, part_rows, source))
     return np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
 
 
@@ -82,10 +72,11 @@ def _part_rows(
     lo: int,
     hi: int,
     rows: tuple[int, int] | None,
-    read_part: PartReader,
+    source: WeightSource,
 ) -> np.ndarray:
     """Rows ``lo:hi`` of one part's stacked copies (columns ``start:stop`` when axis > 0;
     ``rows`` passes ``lo:hi`` on to a column read that was given rows)."""
+    read_part = source.read
     if len(part.shape) < rank:  # a row repeated ``repeat`` times
         row = (
             read_part(part, axis - 1, start, stop)
@@ -171,7 +162,7 @@ class CheckpointSource:
         rows: tuple[int, int] | None = None,
     ) -> np.ndarray:
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read, rows)
+            return read_fused(weight, axis, start, stop, self, rows)
         if weight.source is None and weight.fill is not None:
             return _filled(weight, axis, start, stop, rows)
         if weight.source is None:
@@ -211,7 +202,7 @@ class RandomSource:
         # A fused weight draws each part under the part's own name: the same numbers as
         # the unfused weights wherever the row chunks fall on part boundaries.
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read, rows)
+            return read_fused(weight, axis, start, stop, self, rows)
         shape = list(weight.shape)
         key = f"{self.seed}:{weight.name}:{axis}:{start}:{stop}"
         if shape:

@@ -38,7 +38,7 @@ class ArraySource:
         rows: tuple[int, int] | None = None,
     ) -> np.ndarray:
         if weight.parts:
-            return read_fused(weight, axis, start, stop, self.read, rows)
+            return read_fused(weight, axis, start, stop, self, rows)
         data = (
             np.full(weight.shape, weight.fill, np.float32)
             if weight.source is None
@@ -61,15 +61,19 @@ def test_fused_rows_are_the_parts_rows_whatever_the_slice():
     # A row slice across the boundary reads only the overlapping rows of each part.
     calls: list[tuple[str, int, int, int]] = []
 
-    def spy(
-        part: LogicalWeight,
-        axis: int,
-        start: int,
-        stop: int,
-        rows: tuple[int, int] | None = None,
-    ) -> np.ndarray:
-        calls.append((part.name, axis, start, stop, rows))
-        return source.read(part, axis, start, stop, rows)
+    class Spy:
+        def read(
+            self,
+            part: LogicalWeight,
+            axis: int,
+            start: int,
+            stop: int,
+            rows: tuple[int, int] | None = None,
+        ) -> np.ndarray:
+            calls.append((part.name, axis, start, stop, rows))
+            return source.read(part, axis, start, stop, rows)
+
+    spy = Spy()
 
     np.testing.assert_array_equal(read_fused(fused, 0, 2, 5, spy), whole[2:5])
     assert calls == [("a", 0, 2, 3, None), ("b", 0, 0, 2, None)]
