@@ -274,6 +274,20 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+def _as_a_foreground_job() -> None:
+    """In the child before exec: SIGINT and SIGQUIT as a terminal's foreground job has them.
+
+    A non-interactive shell starts background jobs (``pytest ... &``, a CI runner's child)
+    with SIGINT ignored, and the ignore survives exec: the export then rightly ignores
+    Ctrl-C (``test_an_ignored_sigint_stays_ignored``), which is not what these tests send
+    it. Restoring the default makes the test independent of how pytest was started.
+    """
+    import signal
+
+    for name in ("SIGINT", "SIGQUIT"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def _export_held_midway(tmp_path: Path, out: Path) -> tuple[subprocess.Popen[str], Path]:
     ready, sent = tmp_path / "ready", tmp_path / "sent"
     args = ["build", "--preset", "gemma4-tiny", "--random-weights", "--quiet", str(out)]
@@ -283,6 +297,7 @@ def _export_held_midway(tmp_path: Path, out: Path) -> tuple[subprocess.Popen[str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_a_foreground_job,
     )
     while not ready.exists():
         assert process.poll() is None, process.communicate()
