@@ -43,13 +43,49 @@ PARTIAL_MARKER = ".export-studio-partial"
 _MAX_LISTED = 3
 
 
-def is_our_package(folder: Path) -> bool:
-    """Whether ``folder`` holds a manifest this tool wrote."""
+_WRITTEN_NAMES = frozenset(
+    (*TOKENIZER_FILES, MANIFEST, "genai_config.json", "processor_config.json",
+     "audio_processor_config.json")
+)  # fmt: skip
+"""What packages whose manifest predates its file list may hold besides ``*.onnx(.data)``."""
+
+
+def _manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest this tool wrote in ``folder``, or None."""
     try:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(data, dict) and data.get("producer") == PRODUCER
+        return None
+    return data if isinstance(data, dict) and data.get("producer") == PRODUCER else None
+
+
+def is_our_package(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest this tool wrote."""
+    return _manifest(folder) is not None
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Names in ``folder`` that its manifest does not list as written by this tool.
+
+    Everything else may be the user's (notes, results): an overwrite must not delete it.
+    A manifest from before the file list (no ``files``) vouches for the names this tool
+    writes; a folder without our manifest has nothing of ours.
+    """
+    manifest = _manifest(folder)
+    listed = manifest.get("files") if manifest is not None else None
+
+    def ours(entry: Path) -> bool:
+        if manifest is None or entry.is_symlink() or not entry.is_file():
+            return False  # this tool writes plain files only, never a folder or a link
+        if isinstance(listed, list):
+            return entry.name in listed
+        return entry.name in _WRITTEN_NAMES or entry.name.endswith((".onnx", ".onnx.data"))
+
+    return [
+        entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name)
+        if not ours(entry)
+    ]
 
 
 def resolve_output(output: str | os.PathLike[str]) -> Path:
@@ -114,11 +150,13 @@ def _check_destination(
                 f"'{out}' already exists; choose another folder or pass {option('overwrite')} "
                 "to replace it"
             )
-        if not replaceable(out):
+        if not is_our_package(out) and not _is_empty(out):
             raise PackageError(
                 f"'{out}' is not a package written by this tool (it has no {MANIFEST}) and is "
                 "not empty; it will not be replaced. Choose a new folder for the package"
             )
+        if not replaceable(out):
+            raise PackageError(_foreign_message(out))
         _check_removable(out)
     ancestor = existing_ancestor(out.parent)
     if not ancestor.is_dir():
@@ -131,13 +169,29 @@ def _check_destination(
 
 
 def replaceable(folder: Path) -> bool:
-    """A folder ``--overwrite`` may replace: one of our packages, or an empty folder."""
-    if is_our_package(folder):
-        return True
+    """A folder ``--overwrite`` may replace: one of our packages holding nothing but the
+    files its manifest lists, or an empty folder."""
+    try:
+        return _is_empty(folder) or (is_our_package(folder) and not foreign_entries(folder))
+    except OSError:
+        return False
+
+
+def _is_empty(folder: Path) -> bool:
     try:
         return not any(folder.iterdir())
     except OSError:
         return False
+
+
+def _foreign_message(folder: Path) -> str:
+    foreign = foreign_entries(folder)
+    shown = ", ".join(f"'{name}'" for name in foreign[:_MAX_LISTED])
+    more = f" and {len(foreign) - _MAX_LISTED} more" if len(foreign) > _MAX_LISTED else ""
+    return (
+        f"'{folder}' holds files this tool did not write ({shown}{more}); replacing the "
+        "package would delete them. Move them out of the folder, or choose a new folder"
+    )
 
 
 def _labelled(paths: Iterable[str | os.PathLike[str] | None]) -> list[tuple[str, Path]]:
@@ -411,8 +465,9 @@ def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
         )
     if output.is_symlink() or not output.is_dir() or not replaceable(output):
         raise PackageError(
-            f"'{output}' changed while exporting and is no longer a package of ours; "
-            "it was left as it is and the new package was not moved there"
+            f"'{output}' changed while exporting: it is no longer a package of ours alone "
+            "(a file was added, or its manifest went); it was left as it is and the new "
+            "package was not moved there"
         )
     backup = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
     output.rename(backup)

@@ -175,7 +175,11 @@ def export(
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
         tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
-        write_json(staging / MANIFEST, _manifest(export_plan, audits, capture, share_buffer))
+        package_files = [*folder_files(staging), MANIFEST]
+        write_json(
+            staging / MANIFEST,
+            _manifest(export_plan, audits, capture, share_buffer, package_files),
+        )
         files = folder_files(staging)
     progress(1.0, "done")
     return ExportResult(
@@ -219,7 +223,10 @@ def _manifest(
     audits: dict[str, SessionAudit],
     capture: dict[str, bool],
     share_buffer: bool,
+    files: list[str],
 ) -> dict[str, Any]:
+    """What was exported and how; ``files`` (every file of the package, this one included)
+    tells an overwrite what it may delete."""
     from dataclasses import asdict
 
     from engine import __version__
@@ -232,6 +239,7 @@ def _manifest(
         "graph_capture": capture,
         "audit": {name: audit.to_json() for name, audit in audits.items()},
         "past_present_share_buffer": share_buffer,
+        "files": sorted(files),
         "plan": {
             "total_bytes": export_plan.nbytes,
             "context_length": export_plan.context_length,

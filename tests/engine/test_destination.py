@@ -85,6 +85,63 @@ def test_overwrite_replaces_an_empty_folder_and_our_own_package(model: Path, tmp
     assert leftovers(tmp_path) == []
 
 
+def test_overwrite_never_deletes_files_the_user_put_into_our_package(
+    model: Path, tmp_path: Path
+):
+    out = tmp_path / "out"
+    export(out, model_dir=model)
+    (out / "NOTES.md").write_text("what I found")
+    (out / "results").mkdir()
+    (out / "results" / "bench.json").write_text("{}")
+    before = snapshot(tmp_path)
+    with pytest.raises(PackageError, match=r"did not write \('NOTES.md', 'results/'\)"):
+        export(out, model_dir=model, overwrite=True, options=ExportOptions(dtype="fp16"))
+    assert snapshot(tmp_path) == before
+    assert leftovers(tmp_path) == []
+    # Moved out, the package is ours alone again and is replaced.
+    shutil.move(out / "NOTES.md", tmp_path / "NOTES.md")
+    shutil.rmtree(out / "results")
+    export(out, model_dir=model, overwrite=True, options=ExportOptions(dtype="fp16"))
+    listed = json.loads((out / MANIFEST).read_text())["files"]
+    assert listed == sorted(p.name for p in out.iterdir())
+
+
+def test_a_package_from_before_the_file_list_is_replaced_only_with_its_own_files(
+    model: Path, tmp_path: Path
+):
+    out = tmp_path / "out"
+    export(out, model_dir=model)
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["files"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    (out / "bench.json").write_text("{}")  # not a name this tool writes
+    with pytest.raises(PackageError, match="'bench.json'"):
+        export(out, model_dir=model, overwrite=True)
+    (out / "bench.json").unlink()
+    export(out, model_dir=model, overwrite=True)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_file_added_while_exporting_stops_the_swap(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from engine import package
+
+    out = tmp_path / "out"
+    export(out, model_dir=model)
+    swap = package._swap_into_place
+
+    def user_saves_a_file_meanwhile(staging: Path, output: Path, overwrite: bool) -> None:
+        (output / "draft.txt").write_text("mine")
+        swap(staging, output, overwrite)
+
+    monkeypatch.setattr(package, "_swap_into_place", user_saves_a_file_meanwhile)
+    with pytest.raises(PackageError, match="changed while exporting"):
+        export(out, model_dir=model, overwrite=True)
+    assert (out / "draft.txt").read_text() == "mine" and (out / MANIFEST).is_file()
+    assert leftovers(tmp_path) == []
+
+
 def test_a_symlinked_output_is_written_through_and_keeps_its_link(model: Path, tmp_path: Path):
     real = tmp_path / "real"
     export(real, model_dir=model)
