@@ -85,9 +85,7 @@ def test_overwrite_replaces_an_empty_folder_and_our_own_package(model: Path, tmp
     assert leftovers(tmp_path) == []
 
 
-def test_overwrite_never_deletes_files_the_user_put_into_our_package(
-    model: Path, tmp_path: Path
-):
+def test_overwrite_never_deletes_files_the_user_put_into_our_package(model: Path, tmp_path: Path):
     out = tmp_path / "out"
     export(out, model_dir=model)
     (out / "NOTES.md").write_text("what I found")
@@ -115,7 +113,7 @@ def test_a_package_from_before_the_file_list_is_replaced_only_with_its_own_files
     del manifest["files"]
     (out / MANIFEST).write_text(json.dumps(manifest))
     (out / "bench.json").write_text("{}")  # not a name this tool writes
-    with pytest.raises(PackageError, match="'bench.json'"):
+    with pytest.raises(PackageError, match=r"'bench\.json'"):
         export(out, model_dir=model, overwrite=True)
     (out / "bench.json").unlink()
     export(out, model_dir=model, overwrite=True)
