@@ -183,6 +183,11 @@ CONTROLS: dict[str, Control] = {
     ),
     "prompt_len": Control("&Prompt tokens", "Length of the seeded random prompt."),
     "new_tokens": Control("&New tokens", "Tokens generated per timed run (at least 2)."),
+    # The command line's audit only (the studio's audit never measures placement).
+    "runtime_python": Control(
+        "Runtime Python", "The interpreter of the environment that has the EP's onnxruntime."
+    ),
+    "no_placement": Control("Skip node placement", "Audit the graph alone, without the EP."),
 }
 """Every option key the engine's messages may name (ExportOptions fields and the rest)."""
 

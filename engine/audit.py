@@ -159,7 +159,12 @@ def audit_model(model: ir.Model, caps: EpCapabilities, session: str = "decoder")
 
 
 _PLACEMENT_SCRIPT = r"""
-import json, sys, onnxruntime as ort
+import json, sys
+try:
+    import onnxruntime as ort
+except Exception as exc:
+    print(json.dumps({"import_error": f"{type(exc).__name__}: {exc}"}))
+    raise SystemExit(3)
 path, provider = sys.argv[1], sys.argv[2]
 if provider not in ort.get_available_providers():
     print(json.dumps({"available": False, "providers": ort.get_available_providers()}))
@@ -176,26 +181,64 @@ def device_placement(
     model_path: str | os.PathLike[str], caps: EpCapabilities, python: str | None = None
 ) -> tuple[Placement | None, str]:
     """Create a session on the EP (in a subprocess, whose verbose log lists node
-    placements) and report the providers. Returns (None, why) when the EP is absent."""
+    placements) and report the providers. Returns (None, why) when the EP is absent.
+
+    Raises:
+        OptionsError: ``python`` cannot be run or has no onnxruntime.
+        PackageError: onnxruntime could not create the session (a damaged package), or
+            the measurement did not finish.
+    """
+    from engine.errors import OptionsError, PackageError, option
+
+    name = Path(model_path).name
+    interpreter = python or sys.executable
     try:
         proc = subprocess.run(
-            [python or sys.executable, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],
+            [interpreter, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],
             capture_output=True,
             text=True,
             timeout=600,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"could not measure placement: {exc}"
-    if proc.returncode != 0:
+    except OSError as exc:
+        raise OptionsError(
+            f"{option('runtime_python')} '{interpreter}' cannot be run: {exc.strerror or exc}; "
+            "give the python of an environment that has onnxruntime"
+        ) from exc
+    except subprocess.TimeoutExpired:
+        raise PackageError(
+            f"measuring node placement of {name} on {caps.ort_provider} took over 600 s; "
+            f"pass {option('no_placement')} to audit the graph alone"
+        ) from None
+    status = _last_json(proc.stdout)
+    if "import_error" in status:
+        raise OptionsError(
+            f"{option('runtime_python')} '{interpreter}' has no usable onnxruntime "
+            f"({status['import_error']}); give the python of an environment that has it"
+        )
+    if proc.returncode != 0 or "available" not in status:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"session creation failed: {last}"
-    status = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise PackageError(
+            f"onnxruntime could not create a session for {name} on {caps.ort_provider}, so "
+            f"node placement was not measured: {last.strip()[:300]}. If the package's files "
+            "are damaged (a truncated .onnx.data), export it again"
+        )
     if not status["available"]:
         return None, (
             f"{caps.ort_provider} is not available in this onnxruntime "
             f"(has {', '.join(status['providers'])}); placement not measured"
         )
     return parse_placements(proc.stderr), "measured"
+
+
+def _last_json(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
 
 
 def parse_placements(log: str) -> Placement:

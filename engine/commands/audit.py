@@ -33,11 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.audit import SessionAudit, audit_model, audit_package
+    """0: every session that can be captured is ready; 1: one is not; 2 (an error): the
+    audit could not be made, placement included when it was asked for."""
+    from engine.audit import SessionAudit, audit_model, audit_package, decide_capture
     from engine.caps import get_caps
     from engine.errors import OptionsError
 
     audits: list[SessionAudit]
+    never: dict[str, str] = {}  # session -> why it is never captured
+    blocked: dict[str, list[str]] = {}  # session -> why an export would not capture it
     if args.package:
         if args.preset or args.model:
             raise OptionsError("give a package folder, or --preset / --model, not both")
@@ -48,23 +52,50 @@ def run(args: argparse.Namespace) -> int:
         audits = audit_package(
             args.package, caps, measure=not args.no_placement, python=args.runtime_python
         )
+        blocked = {a.session: a.reasons() for a in audits if a.capture_supported}
     else:
-        from engine.models import build_decoder
+        from engine.models import build_session, plan_sessions
         from engine.pipeline import load_model_spec
         from engine.plan import plan
         from engine.rewrites import apply_rewrites
 
         export_plan = plan(load_model_spec(args.model, args.preset), options_from_args(args))
-        model = build_decoder(export_plan)
-        apply_rewrites(model, export_plan.caps)
-        audits = [audit_model(model, export_plan.caps)]
+        audits = []
+        for session in plan_sessions(export_plan):  # every session an export writes
+            model = build_session(export_plan, session.name)
+            apply_rewrites(model, export_plan.caps)
+            audit = audit_model(model, export_plan.caps, session.name)
+            audits.append(audit)
+            if session.never_captured:
+                never[session.name] = session.never_captured
+            elif audit.capture_supported:
+                # As an export decides it (standard attention, for one, is never captured).
+                _, reasons = decide_capture(audit, export_plan.uses_gqa, "auto")
+                blocked[session.name] = reasons
+    # The decoder first: the session capture is for.
+    audits.sort(key=lambda a: a.session != "decoder")
+    code = 1 if any(blocked.values()) else 0
     if args.json:
-        print_json([a.to_json() for a in audits])
-        return 0
+        print_json(
+            [
+                {
+                    **a.to_json(),
+                    "capture_ready": a.session in blocked and not blocked[a.session],
+                    "never_captured": never.get(a.session),
+                }
+                for a in audits
+            ]
+        )
+        return code
     for audit in audits:
-        state = "READY" if audit.capture_ready else "NOT READY"
+        if audit.session in never:
+            state = f"never captured ({never[audit.session]})"
+        elif not audit.capture_supported:
+            state = f"not supported on {audit.ep}"
+        else:
+            state = "not ready" if blocked[audit.session] else "ready"
         print(f"{audit.session} on {audit.ep}: graph capture {state}")
-        for reason in audit.reasons():
+        for reason in blocked.get(audit.session, ()):
             print(f"  - {reason}")
         if audit.placement is not None:
             nodes = ", ".join(f"{p}: {n}" for p, n in audit.placement.provider_nodes.items())
@@ -73,4 +104,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"  placement: {audit.placement_note}")
         top = sorted(audit.op_counts.items(), key=lambda kv: -kv[1])[:8]
         print("  ops: " + ", ".join(f"{op} {n}" for op, n in top))
-    return 0 if all(a.capture_ready or not a.capture_supported for a in audits) else 1
+    return code

@@ -183,3 +183,84 @@ def test_audit_cli_exit_codes():
     )
     assert ready.returncode == 0, ready.stderr
     assert json.loads(ready.stdout)[0]["capture_ready"] is True
+
+
+def _audit_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "audit", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("audit") / "pkg"
+    export(out, preset="gemma4-tiny", options=ExportOptions(ep="cpu", random_weights=True))
+    return out
+
+
+def test_audit_of_a_package_whose_data_is_truncated_is_an_error(cpu_package: Path, tmp_path: Path):
+    import shutil
+
+    damaged = tmp_path / "pkg"
+    shutil.copytree(cpu_package, damaged)
+    data = damaged / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    for extra in ((), ("--json",)):
+        result = _audit_cli(str(damaged), *extra)
+        assert result.returncode == 2, result.stdout + result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: onnxruntime could not create a session for model.onnx")
+        assert "export it again" in line and "Traceback" not in result.stderr
+    # Without placement the graph alone is audited, as asked.
+    assert _audit_cli(str(damaged), "--no-placement").returncode == 0
+
+
+def test_audit_with_a_runtime_python_that_cannot_measure_is_an_error(
+    cpu_package: Path, tmp_path: Path
+):
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # a Python without onnxruntime
+    cases = {
+        str(bare / "bin" / "python"): "has no usable onnxruntime (ModuleNotFoundError",
+        str(tmp_path / "no-such-python"): "cannot be run: No such file or directory",
+    }
+    for python, said in cases.items():
+        result = _audit_cli(str(cpu_package), "--runtime-python", python)
+        assert result.returncode == 2, result.stdout + result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert f"--runtime-python '{python}' {said}" in line, line
+
+
+def test_audit_exit_code_is_the_same_with_json(cpu_package: Path):
+    plain, as_json = _audit_cli(str(cpu_package)), _audit_cli(str(cpu_package), "--json")
+    assert plain.returncode == as_json.returncode == 0  # nothing the CPU EP could capture
+    assert "decoder on cpu: graph capture not supported on cpu" in plain.stdout
+    (decoder,) = json.loads(as_json.stdout)
+    assert decoder["session"] == "decoder" and decoder["placement"] is not None
+    assert decoder["capture_ready"] is False
+    # Standard attention is never captured (the KV cache grows by Concat): exit 1 both ways.
+    args = ("--preset", "gemma4-tiny", "--ep", "cuda", "--attention", "standard")
+    plain, as_json = _audit_cli(*args), _audit_cli(*args, "--json")
+    assert plain.returncode == as_json.returncode == 1, plain.stderr
+    assert "decoder on cuda: graph capture not ready" in plain.stdout
+    assert "standard attention grows the KV cache by Concat" in plain.stdout
+    assert json.loads(as_json.stdout)[0]["capture_ready"] is False
+
+
+def test_audit_of_a_multimodal_preset_lists_every_session_decoder_first():
+    result = _audit_cli("--preset", "gemma4-e2b", "--ep", "webgpu", "--json")
+    assert result.returncode == 0, result.stderr  # the decoder is ready; encoders never count
+    audits = json.loads(result.stdout)
+    assert audits[0]["session"] == "decoder"
+    assert sorted(a["session"] for a in audits) == ["decoder", "embedding", "speech", "vision"]
+    never = {a["session"]: a["never_captured"] for a in audits}
+    assert never["decoder"] is None and all(never[s] for s in ("embedding", "speech", "vision"))
+    text = _audit_cli("--preset", "gemma4-e2b", "--ep", "webgpu")
+    assert text.stdout.splitlines()[0] == "decoder on webgpu: graph capture ready"
+    assert "vision on webgpu: graph capture never captured" in text.stdout
