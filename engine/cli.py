@@ -30,9 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns 0 on success, 2 for errors the user can fix, 128 + the signal
     on a cancel (130 for Ctrl-C; SIGTERM and SIGHUP cancel as Ctrl-C does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        argv = ["info", "--preset", DEFAULT_PRESET]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:  # usage, and where to start, rather than a command nobody asked for
+        parser.print_help()
+        print(
+            f"\nTo start: python -m engine plan --preset {DEFAULT_PRESET} --ep webgpu, then "
+            f"python -m engine build --preset {DEFAULT_PRESET} --random-weights out/tiny"
+        )
+        return 0
+    args = parser.parse_args(argv)
     with InterruptOnSignals() as signals:
         args.cancel = signals.cancel  # long commands pass it on: work stops at its next check
         try:

@@ -24,6 +24,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in summary)
     for key, value in summary.items():
-        shown = f"{value:,}" if key == "parameters" else value
-        print(f"{key:<{width}}  {shown}")
+        text = f"{value:,}" if key == "parameters" else shown(value)
+        print(f"{key.replace('_', ' '):<{width}}  {text}")
     return 0
+
+
+def shown(value: object) -> str:
+    """A summary value in words: ``sliding 256, full 512``, not a Python repr."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {shown(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(shown(v) for v in value) or "none"
+    return str(value)

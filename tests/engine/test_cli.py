@@ -33,6 +33,24 @@ def test_info_json_reports_the_architecture():
     assert info["layers"] == 35 and info["kv_cache_layers"] == 15
 
 
+def test_info_text_reads_as_words_not_python():
+    result = cli("info", "--preset", "gemma4-e2b")
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("  ", 1) for line in result.stdout.splitlines())
+    shown = {key.strip(): value.strip() for key, value in lines.items()}
+    assert shown["head dim"] == "sliding 256, full 512"
+    assert shown["towers"] == "vision, audio" and shown["experts"] == "none"
+    assert shown["tie word embeddings"] == "yes" and shown["parameters"] == "5,104,298,467"
+    assert not any(c in result.stdout for c in "{}[]'") and "None" not in result.stdout
+
+
+def test_no_arguments_prints_usage_and_where_to_start():
+    result = cli()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m engine")
+    assert "python -m engine build --preset gemma4-tiny --random-weights" in result.stdout
+
+
 def test_plan_text_and_json_agree_on_total():
     args = ("plan", "--preset", "gemma4-e2b", "--ep", "webgpu", "--embedding-bits", "4")
     text = cli(*args)
