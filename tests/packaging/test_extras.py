@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+
 import tomllib
 
 from tests._support.cli import ROOT
