@@ -18,6 +18,7 @@ from typing import Any
 from engine.errors import SpecError, option
 from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, MoeSpec, RopeSpec
+from engine.weights.formats import adapter_problem
 
 SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
@@ -441,6 +442,9 @@ def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
         if not folder.is_dir():
             raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
         if not path.is_file():
+            adapter = adapter_problem(folder)
+            if adapter is not None:
+                raise SpecError(adapter)
             raise SpecError(
                 f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
                 "checkpoint folder"

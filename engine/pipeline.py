@@ -35,6 +35,7 @@ from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
+from engine.tokenizer_files import check_tokenizer_files
 from engine.weights import stream_writer
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
@@ -109,7 +110,12 @@ def export(
         )
     export_plan = plan(spec, options)
     source_dir = Path(model_dir) if model_dir is not None else None
-    processors = processor_files(export_plan, *read_processing(source_dir))
+    towers = {s.name for s in export_plan.sessions}
+    image, audio = read_processing(source_dir, image="vision" in towers, audio="speech" in towers)
+    processors = processor_files(export_plan, image, audio)
+    tokenizer_notes = (
+        check_tokenizer_files(source_dir, spec.vocab_size) if source_dir is not None else ()
+    )
     ready = preflight(export_plan, output, overwrite=overwrite, model_dir=model_dir)
     out = ready.output
     source: WeightSource
@@ -130,7 +136,7 @@ def export(
     progress(0.03, "building the graphs")
     factory = TensorFactory(export_plan, source, cancel)
     built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
-    notes: list[str] = [*ready.notes]
+    notes: list[str] = [*ready.notes, *tokenizer_notes]
     for session in built:
         notes += [
             f"{session.name}: {family}: {count} rewrites"

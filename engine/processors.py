@@ -11,11 +11,12 @@ Settings genai cannot reproduce are refused rather than silently changed.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import SpecError
+from engine.errors import SpecError, option
 
 IMAGE_CONFIG_FILE = "processor_config.json"
 AUDIO_CONFIG_FILE = "audio_processor_config.json"
@@ -96,58 +97,118 @@ def _operation(name: str, kind: str, attrs: dict[str, Any] | None = None) -> dic
     return {"operation": operation}
 
 
-def read_processing(model_dir: Path | None) -> tuple[ImageProcessing, AudioProcessing]:
-    """The checkpoint's processor settings (transformers' defaults where it has none)."""
-    image, audio = _blocks(model_dir)
-    return _image(image, model_dir), _audio(audio, model_dir)
+def read_processing(
+    model_dir: Path | None, *, image: bool = True, audio: bool = True
+) -> tuple[ImageProcessing, AudioProcessing]:
+    """The checkpoint's processor settings (transformers' defaults where it has none).
+
+    ``image`` / ``audio``: whether the package has the tower that needs them. Only those
+    are read, so a text-only export never opens (nor refuses) the processor files.
+    """
+    if model_dir is None or not (image or audio):
+        return ImageProcessing(), AudioProcessing()
+    files = _ProcessorFiles(model_dir)
+    image_settings, audio_settings = ImageProcessing(), AudioProcessing()
+    if image:
+        image_settings = _image(files.block("image_processor", "patch_size"), model_dir)
+    if audio:
+        audio_settings = _audio(files.block("feature_extractor", "feature_size"), model_dir)
+    return image_settings, audio_settings
 
 
-def _blocks(model_dir: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    if model_dir is None:
-        return {}, {}
-    combined = _read(model_dir / "processor_config.json")
-    image = combined.get("image_processor") if isinstance(combined, dict) else None
-    audio = combined.get("feature_extractor") if isinstance(combined, dict) else None
-    flat = _read(model_dir / "preprocessor_config.json")
-    if image is None and isinstance(flat, dict) and "patch_size" in flat:
-        image = flat
-    if audio is None and isinstance(flat, dict) and "feature_size" in flat:
-        audio = flat
-    return (image if isinstance(image, dict) else {}), (audio if isinstance(audio, dict) else {})
+class _ProcessorFiles:
+    """``processor_config.json`` and the older flat ``preprocessor_config.json``, each
+    read when a block is first looked for."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.combined_path = model_dir / IMAGE_CONFIG_FILE
+        self.flat_path = model_dir / "preprocessor_config.json"
+        self._read: dict[Path, dict[str, Any] | None] = {}
+
+    def _data(self, path: Path) -> dict[str, Any] | None:
+        if path not in self._read:
+            self._read[path] = _read(path)
+        return self._read[path]
+
+    def block(self, key: str, marker: str) -> dict[str, Any]:
+        """The combined file's ``key`` block, else the flat file when it has ``marker``."""
+        combined = self._data(self.combined_path)
+        block = None if combined is None else combined.get(key)
+        if block is not None and not isinstance(block, dict):
+            raise _unusable(self.combined_path, f"'{key}' must be an object, got {block!r}")
+        if block is None:
+            flat = self._data(self.flat_path)
+            block = flat if flat is not None and marker in flat else None
+        return block or {}
 
 
-def _read(path: Path) -> Any:
+def _unusable(path: Path, problem: str) -> SpecError:
+    return SpecError(
+        f"{path}: {problem}. Copy {path.name} from the original checkpoint, or export "
+        f"without the towers that need it ({option('modalities', 'text')})"
+    )
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from exc
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _unusable(path, f"cannot be read ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _unusable(path, f"is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _unusable(path, "is not a JSON object")
+    return data
 
 
 def _number(block: dict[str, Any], key: str, default: Any, origin: str) -> Any:
     value = block.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SpecError(f"{origin}: '{key}' must be a number, got {value!r}")
+    # Python's json reads NaN and Infinity literals: no processor setting means them.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SpecError(f"{origin}: '{key}' must be a finite number, got {value!r}")
     return value
+
+
+def _count(block: dict[str, Any], key: str, default: int, origin: str) -> int:
+    """A size or a rate: a whole number of at least 1."""
+    value = _number(block, key, default, origin)
+    if value != int(value) or value < 1:
+        raise SpecError(f"{origin}: '{key}' must be a whole number of at least 1, got {value!r}")
+    return int(value)
+
+
+def _numbers(block: dict[str, Any], key: str, default: list[float], origin: str) -> list[float]:
+    value = block.get(key)
+    if value is None:
+        return default
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = [value] * 3  # transformers broadcasts one number to every channel
+    if not isinstance(value, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    ):
+        raise SpecError(f"{origin}: '{key}' must be a list of numbers, got {value!r}")
+    return [float(v) for v in value]
 
 
 def _image(block: dict[str, Any], model_dir: Path | None) -> ImageProcessing:
     origin = f"{model_dir}/processor_config.json (image_processor)"
     settings = ImageProcessing(
-        patch_size=int(_number(block, "patch_size", 16, origin)),
-        max_soft_tokens=int(_number(block, "max_soft_tokens", 280, origin)),
-        pooling_kernel_size=int(_number(block, "pooling_kernel_size", 3, origin)),
+        patch_size=_count(block, "patch_size", 16, origin),
+        max_soft_tokens=_count(block, "max_soft_tokens", 280, origin),
+        pooling_kernel_size=_count(block, "pooling_kernel_size", 3, origin),
     )
     if settings.max_soft_tokens not in MAX_SOFT_TOKENS:
         raise SpecError(
             f"{origin}: max_soft_tokens {settings.max_soft_tokens} is not one of "
             f"{', '.join(map(str, MAX_SOFT_TOKENS))}"
         )
-    mean, std = block.get("image_mean", [0, 0, 0]), block.get("image_std", [1, 1, 1])
-    if block.get("do_normalize") and (list(mean) != [0, 0, 0] or list(std) != [1, 1, 1]):
+    mean = _numbers(block, "image_mean", [0.0, 0.0, 0.0], origin)
+    std = _numbers(block, "image_std", [1.0, 1.0, 1.0], origin)
+    if block.get("do_normalize") and (mean != [0, 0, 0] or std != [1, 1, 1]):
         raise SpecError(
             f"{origin}: image normalization (mean {mean}, std {std}) is not supported by "
             "onnxruntime-genai's Gemma 4 image transform"
@@ -157,7 +218,7 @@ def _image(block: dict[str, Any], model_dir: Path | None) -> ImageProcessing:
 
 def _audio(block: dict[str, Any], model_dir: Path | None) -> AudioProcessing:
     origin = f"{model_dir}/processor_config.json (feature_extractor)"
-    rate = int(_number(block, "sampling_rate", 16_000, origin))
+    rate = _count(block, "sampling_rate", 16_000, origin)
     for key, neutral in (("dither", 0.0), ("input_scale_factor", 1.0)):
         value = _number(block, key, neutral, origin)
         if value != neutral:
@@ -171,7 +232,7 @@ def _audio(block: dict[str, Any], model_dir: Path | None) -> AudioProcessing:
     frame = _number(block, "frame_length", None, origin)
     hop = _number(block, "hop_length", None, origin)
     return AudioProcessing(
-        feature_size=int(_number(block, "feature_size", 128, origin)),
+        feature_size=_count(block, "feature_size", 128, origin),
         sampling_rate=rate,
         frame_length_ms=float(
             frame * 1000 / rate if frame else _number(block, "frame_length_ms", 20.0, origin)

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from engine.dtypes import from_safetensors, numpy_dtype
-from engine.errors import WeightsError, option
+from engine.errors import WeightsError
+from engine.weights.formats import no_safetensors_problem
 
 _MAX_HEADER = 100 * 1024 * 1024
 _CHUNK_BYTES = 64 * 1024 * 1024
@@ -239,10 +240,7 @@ class Checkpoint:
         else:
             files = sorted(self.folder.glob("*.safetensors"))
         if not files:
-            raise WeightsError(
-                f"'{self.folder}' has no .safetensors files; export needs safetensors weights "
-                f"(or use {option('random_weights')} for an architecture-only package)"
-            )
+            raise WeightsError(no_safetensors_problem(self.folder))
         found: dict[str, TensorEntry] = {}
         for path in files:
             for name, entry in _read_header(path).items():

@@ -178,8 +178,11 @@ class TensorFactory:
             self._check_values(weight, data, target, _offset(piece, 0))
             yield {"weight": np.ascontiguousarray(data.T.astype(target, copy=False))}
             return
-        if not weight.weight.shape:  # 0-d (a clip bound)
+        if not weight.weight.shape:  # 0-d: a clip bound or a layer scalar
             data = np.asarray(self.source.read(weight.weight, 0, 0, 1))
+            if weight.weight.role == "clip":
+                yield {"weight": self._clip_bound(weight, data, target)}
+                return
             self._check_values(weight, data, target, (0, 0))
             yield {"weight": data.astype(target).reshape(())}
             return
@@ -222,6 +225,22 @@ class TensorFactory:
             f"{self.plan.options.dtype} value ({limit:.6g}); export with "
             f"{option('dtype', 'fp32')} (or bf16 where the EP runs it)"
         )
+
+    def _clip_bound(self, weight: WeightPlan, data: np.ndarray, target: np.dtype) -> np.ndarray:
+        """A clamp bound in the package's dtype. -inf / inf are what transformers
+        initialises the bounds to and mean "no clamp": they are kept, and ``Clip`` with an
+        infinite bound passes every value through as ``torch.clamp`` does. A finite bound
+        beyond the dtype's range becomes infinite too, as ``model.half()`` makes it: no
+        value of that dtype reaches it. Only NaN, which clamps every value to NaN, is
+        refused."""
+        value = float(np.asarray(data, dtype=np.float32).reshape(()))
+        if math.isnan(value):
+            raise WeightsError(
+                f"{self._tensor_name(weight)} (a clamp bound) is NaN: the checkpoint is "
+                "damaged. Re-download it or re-save it from a model that loads in transformers"
+            )
+        with np.errstate(over="ignore"):
+            return np.asarray(value, dtype=np.float32).astype(target).reshape(())
 
     def _tensor_name(self, weight: WeightPlan) -> str:
         describe = getattr(self.source, "tensor_name", None)

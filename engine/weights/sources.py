@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from engine.errors import WeightsError
 from engine.logical import LogicalWeight
 from engine.weights.checkpoint import Checkpoint
+from engine.weights.formats import adapter_problem, lora_problem, quantized_problem
 
 _MAX_LISTED = 20
 
@@ -105,6 +107,9 @@ class CheckpointSource:
     ) -> None:
         """``needed``: every weight the export reads; ``ignorable``: checkpoint keys it may
         leave unread without complaint (towers not exported, unused tensors)."""
+        adapter = adapter_problem(Path(folder))
+        if adapter is not None:
+            raise WeightsError(adapter)
         self.checkpoint = Checkpoint(folder)
         self.needed = {
             p.source: p for w in needed for p in (w.parts or (w,)) if p.source is not None
@@ -129,6 +134,8 @@ class CheckpointSource:
             for key in needed
             if key in self.checkpoint and not self.checkpoint.entries[key].is_float
         ]
+        if missing or misshaped or not_float or unexpected:
+            self._refuse_known_formats(unexpected)
         problems = []
         for label, items in (
             ("missing", missing),
@@ -153,6 +160,17 @@ class CheckpointSource:
                 + "\nCheck that config.json belongs to these weights."
             )
 
+    def _refuse_known_formats(self, unexpected: list[str]) -> None:
+        """A checkpoint that does not match its config because it is pre-quantized or
+        carries LoRA tensors: say that, and what to do, instead of listing tensors."""
+        folder = self.checkpoint.folder
+        entries = self.checkpoint.entries
+        codes = {key: entries[key].code for key in self.needed if key in entries}
+        problem = quantized_problem(folder, _config(folder), codes, unexpected)
+        problem = problem or lora_problem(folder, unexpected)
+        if problem is not None:
+            raise WeightsError(problem)
+
     def read(
         self,
         weight: LogicalWeight,
@@ -175,6 +193,15 @@ class CheckpointSource:
         if weight.parts:
             return " + ".join(weight.sources) or weight.name
         return weight.source or weight.name
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    """The folder's config.json, or {} (it was read before; this is only for a message)."""
+    try:
+        data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class RandomSource:
