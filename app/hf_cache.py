@@ -62,7 +62,7 @@ def _model_type(config: Path) -> str | None:
 
 def scan_cache(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
     """Supported checkpoints in the hub cache(s), sorted by repository."""
-    from engine.hf_config import SUPPORTED_MODEL_TYPES
+    from engine.models import supported_model_types
 
     entries = []
     for root in cache_roots() if roots is None else roots:
@@ -70,7 +70,7 @@ def scan_cache(roots: Iterable[Path] | None = None) -> list[CacheEntry]:
             repo_id = repo.name.removeprefix("models--").replace("--", "/")
             for snapshot in sorted((repo / "snapshots").glob("*")):
                 kind = _model_type(snapshot / "config.json")
-                if kind not in SUPPORTED_MODEL_TYPES:
+                if kind not in supported_model_types():
                     continue
                 weights = any(snapshot.glob("*.safetensors"))
                 entries.append(CacheEntry(repo_id, snapshot.name, snapshot, kind, weights))

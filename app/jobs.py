@@ -73,7 +73,7 @@ def load_spec_for(source: ModelSource) -> Any:
         from engine.presets import load_preset
 
         return load_preset(source.value)
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
 
     return load_spec(source.value)
 

@@ -30,8 +30,7 @@ def main() -> None:
     import onnx_ir as ir
     import onnxruntime as ort
 
-    from engine.hf_config import spec_from_config
-    from engine.models import build_session
+    from engine.models import build_session, spec_from_config
     from engine.options import ExportOptions
     from engine.plan import plan
     from engine.presets import preset_config

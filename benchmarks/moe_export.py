@@ -35,7 +35,7 @@ from typing import Any
 import onnx
 
 from engine.dtypes import ir_dtype
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import ExportPlan, plan

@@ -21,7 +21,7 @@ _EXPORTS = {
     "EngineError": "engine.errors",
     "export": "engine.pipeline",
     "make_plan": "engine.plan:plan",
-    "load_spec": "engine.hf_config",
+    "load_spec": "engine.models",
     "load_preset": "engine.presets",
     "list_presets": "engine.presets",
     "get_caps": "engine.caps",

@@ -18,8 +18,14 @@ from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError, option, render_message
 from engine.genai_config import make_genai_config, processor_files
 from engine.genai_doc import GenaiDoc
-from engine.hf_config import load_spec
-from engine.models import Session, build_session, family_for, model_summary, plan_sessions
+from engine.models import (
+    Session,
+    build_session,
+    family_for,
+    load_spec,
+    model_summary,
+    plan_sessions,
+)
 from engine.options import ExportOptions
 from engine.package import (
     MANIFEST,

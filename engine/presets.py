@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from engine.errors import SpecError
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.spec import ModelSpec
 from resources import resource_path
 

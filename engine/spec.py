@@ -1,5 +1,6 @@
 """Model specs: what the planner and builders need to know about a model, as frozen
-dataclasses. :mod:`engine.hf_config` reads them from Hugging Face ``config.json`` files.
+dataclasses. Each model family reads them from Hugging Face ``config.json`` files
+(:func:`engine.models.spec_from_config`).
 """
 
 from __future__ import annotations

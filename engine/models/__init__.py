@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import SpecError
 from engine.graph.context import BuildContext
+from engine.models.checkpoint_config import load_config, load_spec, spec_from_config
 from engine.models.family import Family, Session
 from engine.options import ExportOptions
 from engine.plan_model import ExportPlan
@@ -23,9 +24,13 @@ __all__ = [
     "build_decoder",
     "build_session",
     "family_for",
+    "load_config",
+    "load_spec",
     "model_summary",
     "plan_sessions",
     "sessions_for",
+    "spec_from_config",
+    "supported_model_types",
 ]
 
 
@@ -35,13 +40,22 @@ def _families() -> tuple[Family, ...]:
     return (GEMMA4,)
 
 
-def family_for(model_type: str) -> Family:
-    """The family that reads checkpoints of ``model_type``."""
+def supported_model_types() -> tuple[str, ...]:
+    """Every ``model_type`` some family reads, sorted."""
+    return tuple(sorted(t for family in _families() for t in family.model_types))
+
+
+def family_for(model_type: str, origin: str | None = None) -> Family:
+    """The family that reads checkpoints of ``model_type`` (``origin``: the config's name,
+    for the message)."""
     for family in _families():
         if model_type in family.model_types:
             return family
-    known = sorted(t for family in _families() for t in family.model_types)
-    raise SpecError(f"model type '{model_type}' is not supported (supported: {', '.join(known)})")
+    where = f"{origin}: " if origin else ""
+    raise SpecError(
+        f"{where}model type '{model_type}' is not supported "
+        f"(supported: {', '.join(supported_model_types())})"
+    )
 
 
 def sessions_for(

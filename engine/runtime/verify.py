@@ -153,7 +153,7 @@ def verify(
         PackageError: The package does not belong to this checkpoint's architecture.
         RuntimeUnavailableError: torch / transformers or the EP are missing.
     """
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
     from engine.runtime.runner import Runner, RunnerOptions
 
     started = time.perf_counter()

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.options import ExportOptions
 from engine.plan import plan
 from engine.presets import preset_config

@@ -8,7 +8,7 @@ from pathlib import Path
 from app.choices import default_output, fit_options, model_constraints
 from app.source import ModelSource
 from app.state import options_from_json, options_to_json
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.options import ExportOptions
 from engine.presets import load_preset, preset_config
 

@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 
 from engine.dtypes import ir_dtype
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import plan

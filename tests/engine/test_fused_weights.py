@@ -209,7 +209,7 @@ def test_fused_weights_stream_in_bounded_row_chunks(tiny_models, monkeypatch, op
     budget from the checkpoint (no part, let alone the fused tensor, whole in memory) and
     join into the bytes one whole read gives. A float linear is stored transposed, which
     needs the whole (fused) layer: one read, nothing more."""
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
     from engine.plan import plan
     from engine.weights import factory as factory_module
     from engine.weights.factory import TensorFactory

@@ -107,8 +107,7 @@ def test_runner_and_genai_match_transformers(
 def test_moe_lowering_follows_the_ep_flags(ep: str, unique: bool):
     """Per expert (Unique: dynamic shapes) where the EP has ``data_dependent_shapes``,
     per token (static shapes, capture-safe) elsewhere."""
-    from engine.hf_config import spec_from_config
-    from engine.models import build_decoder
+    from engine.models import build_decoder, spec_from_config
     from engine.plan import plan
     from tests._support.tiny_gemma import BASE_CONFIG
 

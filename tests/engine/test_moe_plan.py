@@ -67,7 +67,7 @@ def test_preset_tensors_are_transformers_tensors(preset: str, transformers_shape
 
 def test_moe_fields_are_read_and_checked():
     from engine.errors import SpecError
-    from engine.hf_config import spec_from_config
+    from engine.models import spec_from_config
 
     spec = load_preset("gemma4-26b-a4b")
     assert {layer.moe for layer in spec.layers} == {MoeSpec(128, 8, 704)}

@@ -190,7 +190,7 @@ def test_bidirectional_image_attention_keeps_vision_out(tmp_path: Path) -> None:
 
     model_dir = tmp_path / "ckpt"
     make_mm_checkpoint(model_dir, audio=False, text={"use_bidirectional_attention": "vision"})
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
 
     spec: ModelSpec = load_spec(model_dir)
     assert spec.bidirectional_images and spec.towers == ("vision",)

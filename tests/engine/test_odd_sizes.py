@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine.errors import OptionsError
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.plan import plan

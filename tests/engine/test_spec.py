@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from engine.errors import SpecError
-from engine.hf_config import spec_from_config
+from engine.models import spec_from_config
 from engine.presets import list_presets, load_preset, preset_config
 
 OLD_FORMAT = {  # transformers <= 5.14 writes global_* fields
@@ -172,3 +172,31 @@ def test_presets_match_published_architectures():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(SpecError, match="gemma4-tiny"):
         load_preset("gemma5")
+
+
+def test_configs_are_read_by_the_family_their_model_type_names(monkeypatch, tmp_path):
+    """Every reader (checkpoint folders, presets) goes through the family registry: a family
+    added there reads its own checkpoints, and nothing else needs to know it."""
+    import json
+    from dataclasses import replace
+
+    import engine.models as models
+    from engine.models import family_for, load_spec
+
+    gemma4 = family_for("gemma4_text")
+    read: list[tuple[str, str]] = []
+
+    def read_toy(config, name, origin):
+        read.append((name, origin))
+        return replace(spec_from_config(OLD_FORMAT), name=name)
+
+    toy = replace(gemma4, name="toy", model_types=("toy",), read_spec=read_toy)
+    monkeypatch.setattr(models, "_families", lambda: (gemma4, toy))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "toy"}))
+    spec = load_spec(tmp_path)
+    assert spec.name == tmp_path.name and read == [(tmp_path.name, str(tmp_path / "config.json"))]
+    with pytest.raises(SpecError, match=r"^cfg: model type 'llama' is not supported "
+                       r"\(supported: gemma4, gemma4_text, toy\)$"):  # fmt: skip
+        spec_from_config({"model_type": "llama"}, origin="cfg")
+    with pytest.raises(SpecError, match="'model_type' must be text, got 7"):
+        spec_from_config({"model_type": 7}, origin="cfg")

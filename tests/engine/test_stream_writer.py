@@ -82,7 +82,7 @@ def test_chunk_size_does_not_change_a_checkpoint_export(
 def test_streamed_chunks_are_bounded(tiny_models, monkeypatch):
     """No chunk of any part holds more source rows than the chunk budget allows."""
     model_dir, _ = tiny_models.get("all_features")
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
     from engine.weights.sources import CheckpointSource
 
     export_plan = plan(load_spec(model_dir), ExportOptions(ep="cpu", embedding_bits=4))

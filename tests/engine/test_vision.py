@@ -346,7 +346,7 @@ E2B_CONFIG = Path(__file__).parent / "data" / "gemma-4-E2B-it.config.json"
 
 @pytest.fixture(scope="module")
 def e2b_spec(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from engine.hf_config import load_spec
+    from engine.models import load_spec
 
     folder = tmp_path_factory.mktemp("e2b")
     (folder / "config.json").write_text(E2B_CONFIG.read_text())

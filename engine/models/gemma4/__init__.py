@@ -3,8 +3,8 @@ checkpoints, as one family record."""
 
 from __future__ import annotations
 
-from engine.hf_config import SUPPORTED_MODEL_TYPES, spec_from_config
 from engine.models.family import Family, Session
+from engine.models.gemma4.config import MODEL_TYPES, read_spec
 from engine.models.gemma4.embedding import EmbeddingSession
 from engine.models.gemma4.naming import exported_modalities, ignorable
 from engine.models.gemma4.text import TextDecoder
@@ -52,8 +52,8 @@ _PER_STEP = (
 
 FAMILY = Family(
     name="gemma4",
-    model_types=SUPPORTED_MODEL_TYPES,
-    read_spec=spec_from_config,
+    model_types=MODEL_TYPES,
+    read_spec=read_spec,
     sessions=sessions,
     ignorable=ignorable,
 )

@@ -1,26 +1,23 @@
-"""Reading a Hugging Face ``config.json`` into a :class:`~engine.spec.ModelSpec`.
+"""Gemma 4's ``config.json``: the text decoder of ``gemma4_text`` checkpoints, and of
+``gemma4`` (multimodal) ones under ``text_config``, into a :class:`~engine.spec.ModelSpec`.
 
 The raw JSON is parsed here rather than through transformers' config classes, whose
 fields move between releases (``global_head_dim`` became ``per_layer_config`` in 5.15)
-and which would pull torch into every import. Both formats, and the multimodal
-``gemma4`` nesting under ``text_config``, are read.
+and which would pull torch into every import. Both formats are read; the towers of a
+multimodal checkpoint are read by :mod:`engine.models.gemma4.tower_config`.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from engine.errors import SpecError, option
-from engine.hf_towers import audio_spec, multimodal_tokens, vision_spec
+from engine.config_fields import MAX_LAYERS, ConfigFields
+from engine.errors import SpecError
+from engine.models.gemma4.tower_config import audio_spec, multimodal_tokens, vision_spec
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, MoeSpec, RopeSpec
-from engine.weights.formats import adapter_problem
 
-SUPPORTED_MODEL_TYPES = ("gemma4_text", "gemma4")
+MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
 _LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
     "sliding_attention": "sliding",
@@ -28,67 +25,7 @@ _LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
 }
 
 
-MAX_SIZE = 2**31 - 1
-"""Largest count or size a config field may hold (onnxruntime indexes tokens, positions and
-most dimensions with int32)."""
-MAX_LAYERS = 1024
-"""Most decoder layers a config may declare (Gemma 4 models have up to 60)."""
-
-
-class _Fields:
-    """Typed access to a config dict that names the file and field in every error."""
-
-    def __init__(self, data: Mapping[str, Any], origin: str) -> None:
-        self.data = data
-        self.origin = origin
-
-    def required(self, key: str, kind: type = int, least: int | None = None) -> Any:
-        if key not in self.data or self.data[key] is None:
-            raise SpecError(f"{self.origin}: required field '{key}' is missing")
-        return self._check(key, self.data[key], kind, least)
-
-    def optional(self, key: str, default: Any, kind: type = int, least: int | None = None) -> Any:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        return self._check(key, value, kind, least)
-
-    def head_dim(self, key: str, value: Any) -> int:
-        """A head size: a whole number, even (RoPE rotates pairs), at least 2."""
-        size = self._check(key, value, int, 2)
-        if size % 2:
-            raise SpecError(
-                f"{self.origin}: field '{key}' must be even (rotary embeddings rotate pairs), "
-                f"got {size}"
-            )
-        return int(size)
-
-    def error(self, key: str, problem: str) -> SpecError:
-        return SpecError(f"{self.origin}: field '{key}' {problem}")
-
-    def _check(self, key: str, value: Any, kind: type, least: int | None = None) -> Any:
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if kind in (int, float) and isinstance(value, bool):
-            raise self.error(key, f"must be a number, got {value!r}")
-        if not isinstance(value, kind):
-            noun = {int: "a whole number", float: "a number", bool: "true or false"}.get(
-                kind, kind.__name__
-            )
-            raise self.error(key, f"must be {noun}, got {value!r}")
-        number: Any = value
-        if kind is float and not math.isfinite(number):
-            raise self.error(key, f"must be a finite number, got {number!r}")
-        if kind is int and number < 0:
-            raise self.error(key, f"must not be negative, got {number}")
-        if kind is int and number > MAX_SIZE:
-            raise self.error(key, f"is {number:,}, larger than any model can use ({MAX_SIZE:,})")
-        if least is not None and number < least:
-            raise self.error(key, f"must be at least {least}, got {number}")
-        return number
-
-
-def _rope_specs(text: _Fields) -> dict[AttentionKind, RopeSpec]:
+def _rope_specs(text: ConfigFields) -> dict[AttentionKind, RopeSpec]:
     defaults: dict[AttentionKind, RopeSpec] = {
         "sliding": RopeSpec("default", 10_000.0),
         "full": RopeSpec("proportional", 1_000_000.0, partial_rotary_factor=0.25),
@@ -107,7 +44,7 @@ def _rope_specs(text: _Fields) -> dict[AttentionKind, RopeSpec]:
             raise SpecError(
                 f"{text.origin}: rope_parameters['{layer_type}'] must be an object, got {entry!r}"
             )
-        fields = _Fields(entry, f"{text.origin} rope_parameters['{layer_type}']")
+        fields = ConfigFields(entry, f"{text.origin} rope_parameters['{layer_type}']")
         rope_type = fields.optional("rope_type", "default", str)
         if rope_type not in ("default", "proportional"):
             raise SpecError(
@@ -129,7 +66,7 @@ def _rope_specs(text: _Fields) -> dict[AttentionKind, RopeSpec]:
     return specs
 
 
-def _layer_types(text: _Fields, num_layers: int) -> list[AttentionKind]:
+def _layer_types(text: ConfigFields, num_layers: int) -> list[AttentionKind]:
     raw = text.data.get("layer_types")
     if raw is None:
         # transformers' default: five sliding layers, then one full layer.
@@ -157,7 +94,7 @@ def _layer_types(text: _Fields, num_layers: int) -> list[AttentionKind]:
 
 
 def _per_layer_overrides(
-    text: _Fields, kinds: list[AttentionKind], k_eq_v: bool
+    text: ConfigFields, kinds: list[AttentionKind], k_eq_v: bool
 ) -> dict[int, dict[str, int]]:
     """Head-dim / KV-head overrides per layer, from either config format."""
     overrides: dict[int, dict[str, int]] = {}
@@ -168,7 +105,7 @@ def _per_layer_overrides(
         for key, values in per_layer.items():
             if not isinstance(values, Mapping):
                 raise SpecError(f"{text.origin}: per_layer_config[{key!r}] must be an object")
-            fields = _Fields(values, f"{text.origin} per_layer_config[{key!r}]")
+            fields = ConfigFields(values, f"{text.origin} per_layer_config[{key!r}]")
             clean: dict[str, int] = {}
             if values.get("head_dim") is not None:
                 clean["head_dim"] = fields.head_dim("head_dim", values["head_dim"])
@@ -236,7 +173,7 @@ def _kv_sources(kinds: list[AttentionKind], num_shared: int, origin: str) -> lis
     return sources
 
 
-def _moe_spec(text: _Fields) -> MoeSpec | None:
+def _moe_spec(text: ConfigFields) -> MoeSpec | None:
     """The experts of ``enable_moe_block`` configs (every layer of such a model has them)."""
     if not text.optional("enable_moe_block", False, bool):
         return None
@@ -261,14 +198,16 @@ def _moe_spec(text: _Fields) -> MoeSpec | None:
     )
 
 
-def _token_ids(vocab: int, *sources: _Fields) -> tuple[int | None, tuple[int, ...], int | None]:
-    def first(key: str) -> tuple[Any, _Fields]:
+def _token_ids(
+    vocab: int, *sources: ConfigFields
+) -> tuple[int | None, tuple[int, ...], int | None]:
+    def first(key: str) -> tuple[Any, ConfigFields]:
         for src in sources:
             if src.data.get(key) is not None:
                 return src.data[key], src
         return None, sources[0]
 
-    def token(key: str, value: Any, where: _Fields) -> int:
+    def token(key: str, value: Any, where: ConfigFields) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise where.error(key, f"must be a token id (a whole number), got {value!r}")
         if not 0 <= value < vocab:
@@ -286,24 +225,21 @@ def _token_ids(vocab: int, *sources: _Fields) -> tuple[int | None, tuple[int, ..
     )
 
 
-def spec_from_config(
+def read_spec(
     config: Mapping[str, Any], name: str = "model", origin: str = "config.json"
 ) -> ModelSpec:
-    """Read a Hugging Face Gemma 4 config (text-only or multimodal) into a :class:`ModelSpec`."""
-    top = _Fields(config, origin)
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise SpecError(f"{origin}: required field 'model_type' is missing")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise SpecError(
-            f"{origin}: model type '{model_type}' is not supported "
-            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
-        )
+    """Read a Hugging Face Gemma 4 config (text-only or multimodal) into a :class:`ModelSpec`.
+
+    Called through :func:`engine.models.spec_from_config`, which picks the family by
+    ``model_type``: ``config["model_type"]`` is one of :data:`MODEL_TYPES`.
+    """
+    top = ConfigFields(config, origin)
+    model_type = config["model_type"]
     if model_type == "gemma4":
         text_raw = config.get("text_config")
         if not isinstance(text_raw, Mapping):
             raise SpecError(f"{origin}: a 'gemma4' config needs a 'text_config' object")
-        text = _Fields(text_raw, f"{origin} (text_config)")
+        text = ConfigFields(text_raw, f"{origin} (text_config)")
         text_type = text_raw.get("model_type", "gemma4_text")
         prefix = "model.language_model."
     else:
@@ -432,35 +368,3 @@ def spec_from_config(
         tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,
         raw=dict(config),
     )
-
-
-def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read ``config.json`` from a checkpoint folder, with errors that say what to fix."""
-    folder = Path(model_dir)
-    path = folder / "config.json"
-    try:
-        if not folder.is_dir():
-            raise SpecError(f"model folder '{folder}' does not exist or is not a folder")
-        if not path.is_file():
-            adapter = adapter_problem(folder)
-            if adapter is not None:
-                raise SpecError(adapter)
-            raise SpecError(
-                f"'{folder}' has no config.json; point {option('model')} at a Hugging Face "
-                "checkpoint folder"
-            )
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:  # a folder this user may not enter, an unreadable file
-        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a JSON object at the top level")
-    return data
-
-
-def load_spec(model_dir: str | os.PathLike[str]) -> ModelSpec:
-    """Read a checkpoint folder's ``config.json`` into a :class:`ModelSpec`."""
-    folder = Path(model_dir)
-    config = load_config(folder)
-    return spec_from_config(config, name=folder.name, origin=str(folder / "config.json"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.config_fields import ConfigFields, positive, section
 from engine.errors import SpecError
 from engine.spec import AudioSpec, MultimodalTokens, VisionSpec
 
@@ -19,34 +20,15 @@ DEFAULT_MAX_SOFT_TOKENS = 280
 """Image tokens per image at most, as the public checkpoints' image processors set it."""
 
 
-def _section(config: Mapping[str, Any], key: str, origin: str) -> Any:
-    """The ``_Fields`` view of one sub-config, or None when the checkpoint has no such tower."""
-    from engine.hf_config import _Fields
-
-    raw = config.get(key)
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{origin}: '{key}' must be an object, got {raw!r}")
-    return _Fields(raw, f"{origin} ({key})")
-
-
-def _positive(fields: Any, key: str, default: Any = None) -> int:
-    value = fields.required(key) if default is None else fields.optional(key, default)
-    if value < 1:
-        raise SpecError(f"{fields.origin}: field '{key}' must be at least 1, got {value}")
-    return int(value)
-
-
 def vision_spec(config: Mapping[str, Any], origin: str) -> VisionSpec | None:
     """The vision tower, or None when the config has no ``vision_config``."""
-    v = _section(config, "vision_config", origin)
+    v = section(config, "vision_config", origin)
     if v is None:
         return None
-    hidden = _positive(v, "hidden_size", 768)
-    heads = _positive(v, "num_attention_heads", 12)
-    kv_heads = _positive(v, "num_key_value_heads", heads)
-    head_dim = _positive(v, "head_dim", 64)
+    hidden = positive(v, "hidden_size", 768)
+    heads = positive(v, "num_attention_heads", 12)
+    kv_heads = positive(v, "num_key_value_heads", heads)
+    head_dim = positive(v, "head_dim", 64)
     if heads % kv_heads:
         raise SpecError(f"{v.origin}: {kv_heads} KV heads do not divide {heads} attention heads")
     if head_dim % 4:
@@ -64,16 +46,16 @@ def vision_spec(config: Mapping[str, Any], origin: str) -> VisionSpec | None:
         raise SpecError(f"{v.origin}: only axial RoPE is supported, got {rope.get('rope_type')!r}")
     return VisionSpec(
         hidden_size=hidden,
-        intermediate_size=_positive(v, "intermediate_size", 3072),
-        num_layers=_positive(v, "num_hidden_layers", 16),
+        intermediate_size=positive(v, "intermediate_size", 3072),
+        num_layers=positive(v, "num_hidden_layers", 16),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         activation=activation,
         rms_norm_eps=v.optional("rms_norm_eps", 1e-6, float),
-        patch_size=_positive(v, "patch_size", 16),
-        pooling_kernel_size=_positive(v, "pooling_kernel_size", 3),
-        position_embedding_size=_positive(v, "position_embedding_size", 10 * 1024),
+        patch_size=positive(v, "patch_size", 16),
+        pooling_kernel_size=positive(v, "pooling_kernel_size", 3),
+        position_embedding_size=positive(v, "position_embedding_size", 10 * 1024),
         rope_theta=float(rope.get("rope_theta", 100.0)),
         use_clipped_linears=v.optional("use_clipped_linears", False, bool),
         standardize=v.optional("standardize", False, bool),
@@ -83,11 +65,11 @@ def vision_spec(config: Mapping[str, Any], origin: str) -> VisionSpec | None:
 
 def audio_spec(config: Mapping[str, Any], origin: str) -> AudioSpec | None:
     """The audio tower, or None when the config has no ``audio_config``."""
-    a = _section(config, "audio_config", origin)
+    a = section(config, "audio_config", origin)
     if a is None:
         return None
-    hidden = _positive(a, "hidden_size", 1024)
-    heads = _positive(a, "num_attention_heads", 8)
+    hidden = positive(a, "hidden_size", 1024)
+    heads = positive(a, "num_attention_heads", 8)
     if hidden % heads:
         raise SpecError(f"{a.origin}: {heads} heads do not divide hidden_size {hidden}")
     channels = a.data.get("subsampling_conv_channels", [128, 32])
@@ -103,15 +85,15 @@ def audio_spec(config: Mapping[str, Any], origin: str) -> AudioSpec | None:
     activation = a.optional("hidden_act", "silu", str)
     if activation not in AUDIO_ACTIVATIONS:
         raise SpecError(f"{a.origin}: hidden_act '{activation}' is not supported (silu)")
-    chunk = _positive(a, "attention_chunk_size", 12)
-    left = _positive(a, "attention_context_left", 13)
+    chunk = positive(a, "attention_chunk_size", 12)
+    left = positive(a, "attention_context_left", 13)
     return AudioSpec(
         hidden_size=hidden,
-        num_layers=_positive(a, "num_hidden_layers", 12),
+        num_layers=positive(a, "num_hidden_layers", 12),
         num_heads=heads,
         activation=activation,
         subsampling_conv_channels=(int(channels[0]), int(channels[1])),
-        conv_kernel_size=_positive(a, "conv_kernel_size", 5),
+        conv_kernel_size=positive(a, "conv_kernel_size", 5),
         residual_weight=a.optional("residual_weight", 0.5, float),
         chunk_size=chunk,
         context_left=left,
@@ -121,15 +103,13 @@ def audio_spec(config: Mapping[str, Any], origin: str) -> AudioSpec | None:
         use_clipped_linears=a.optional("use_clipped_linears", True, bool),
         rms_norm_eps=a.optional("rms_norm_eps", 1e-6, float),
         gradient_clipping=a.optional("gradient_clipping", 1e10, float),
-        output_proj_dims=_positive(a, "output_proj_dims", 1536),
+        output_proj_dims=positive(a, "output_proj_dims", 1536),
     )
 
 
 def multimodal_tokens(config: Mapping[str, Any], origin: str) -> MultimodalTokens:
     """Token ids of the image / audio spans (transformers' defaults where absent)."""
-    from engine.hf_config import _Fields
-
-    top = _Fields(config, origin)
+    top = ConfigFields(config, origin)
     return MultimodalTokens(
         image_token_id=top.optional("image_token_id", 258_880),
         audio_token_id=top.optional("audio_token_id", 258_881),

@@ -1,0 +1,86 @@
+"""Typed reading of a model's raw ``config.json`` fields, shared by every family's reader:
+each error names the file and the field, and says what was found."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from engine.errors import SpecError
+
+MAX_SIZE = 2**31 - 1
+"""Largest count or size a config field may hold (onnxruntime indexes tokens, positions and
+most dimensions with int32)."""
+MAX_LAYERS = 1024
+"""Most decoder layers a config may declare (Gemma 4 models have up to 60)."""
+
+
+class ConfigFields:
+    """Typed access to a config dict that names the file and field in every error."""
+
+    def __init__(self, data: Mapping[str, Any], origin: str) -> None:
+        self.data = data
+        self.origin = origin
+
+    def required(self, key: str, kind: type = int, least: int | None = None) -> Any:
+        if key not in self.data or self.data[key] is None:
+            raise SpecError(f"{self.origin}: required field '{key}' is missing")
+        return self._check(key, self.data[key], kind, least)
+
+    def optional(self, key: str, default: Any, kind: type = int, least: int | None = None) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        return self._check(key, value, kind, least)
+
+    def head_dim(self, key: str, value: Any) -> int:
+        """A head size: a whole number, even (RoPE rotates pairs), at least 2."""
+        size = self._check(key, value, int, 2)
+        if size % 2:
+            raise SpecError(
+                f"{self.origin}: field '{key}' must be even (rotary embeddings rotate pairs), "
+                f"got {size}"
+            )
+        return int(size)
+
+    def error(self, key: str, problem: str) -> SpecError:
+        return SpecError(f"{self.origin}: field '{key}' {problem}")
+
+    def _check(self, key: str, value: Any, kind: type, least: int | None = None) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind in (int, float) and isinstance(value, bool):
+            raise self.error(key, f"must be a number, got {value!r}")
+        if not isinstance(value, kind):
+            noun = {int: "a whole number", float: "a number", bool: "true or false"}.get(
+                kind, kind.__name__
+            )
+            raise self.error(key, f"must be {noun}, got {value!r}")
+        number: Any = value
+        if kind is float and not math.isfinite(number):
+            raise self.error(key, f"must be a finite number, got {number!r}")
+        if kind is int and number < 0:
+            raise self.error(key, f"must not be negative, got {number}")
+        if kind is int and number > MAX_SIZE:
+            raise self.error(key, f"is {number:,}, larger than any model can use ({MAX_SIZE:,})")
+        if least is not None and number < least:
+            raise self.error(key, f"must be at least {least}, got {number}")
+        return number
+
+
+def section(config: Mapping[str, Any], key: str, origin: str) -> ConfigFields | None:
+    """The view of one sub-config (``vision_config``), or None when the config has none."""
+    raw = config.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{origin}: '{key}' must be an object, got {raw!r}")
+    return ConfigFields(raw, f"{origin} ({key})")
+
+
+def positive(fields: ConfigFields, key: str, default: Any = None) -> int:
+    value = fields.required(key) if default is None else fields.optional(key, default)
+    if value < 1:
+        raise SpecError(f"{fields.origin}: field '{key}' must be at least 1, got {value}")
+    return int(value)
