@@ -32,6 +32,9 @@ class BenchController(QObject):
     failed = Signal(str)
     finished = Signal()
     historyChanged = Signal()
+    packageChanged = Signal(object)
+    """Another package (a :class:`Path`, or None) was chosen: what was said of the last
+    one no longer applies."""
 
     def __init__(self, state: StudioState, history: BenchHistory) -> None:
         super().__init__(state)
@@ -48,14 +51,29 @@ class BenchController(QObject):
     def inspect(self, folder: str) -> None:
         """Find out what the package at ``folder`` can be benchmarked on (in a worker)."""
         path = Path(folder).expanduser() if folder.strip() else None
+        changed = path != self._facts_for
         self._facts_for = path
         self.facts = None
         self.factsChanged.emit(None)
+        if changed:
+            self.packageChanged.emit(path)
         if path is None:
             return
         worker = Worker(partial(_tagged_facts, path), "package-facts")
         worker.signals.returned.connect(self._facts_returned)
         worker.start()
+
+    @property
+    def package(self) -> Path | None:
+        """The package chosen now (its facts may still be on their way)."""
+        return self._facts_for
+
+    def runs_of_package(self) -> list[Any]:
+        """The history's runs of the chosen package (oldest first)."""
+        if self._facts_for is None:
+            return []
+        here = _same_place(self._facts_for)
+        return [run for run in self.history.runs if _same_place(run.result.package) == here]
 
     def _facts_returned(self, tagged: tuple[Path, Any]) -> None:
         path, facts = tagged
@@ -105,6 +123,10 @@ class BenchController(QObject):
     def _finished(self) -> None:
         self.worker = None
         self.finished.emit()
+
+
+def _same_place(path: Path | str) -> Path:
+    return Path(path).expanduser().resolve()
 
 
 def _tagged_facts(path: Path, progress: Any, cancel: Any) -> tuple[Path, Any]:

@@ -106,6 +106,25 @@ def _storage(w: Any) -> str:
     return f"int{w.bits} b{w.block_size}"
 
 
+ATTENTION_WORDS = {
+    "gqa": "GroupQueryAttention",
+    "standard": "standard ONNX ops",
+    "static": "explicit, over static KV buffers (no GroupQueryAttention)",
+}
+"""The attention lowering a plan's graph uses, in words (see :mod:`engine.graph.attention`)."""
+
+
+def attention_lowering(plan: ExportPlan) -> str:
+    """What the built graph's attention is: the plan's ``gqa`` path is lowered without
+    GroupQueryAttention, over static shared KV buffers, on EPs whose GQA cannot be
+    trusted under graph capture (WebGPU), so "gqa" alone would say the wrong thing."""
+    from engine.graph.attention import uses_static_buffers
+
+    if uses_static_buffers(plan.spec, plan.options):
+        return "static"
+    return plan.attention
+
+
 def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
     """Summarise a plan for the charts and tables."""
     from engine.models import model_summary  # the model builders: not at start-up
@@ -164,7 +183,7 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
         f"embeddings {emb})",
         total_bytes=sum(s.total for s in sessions),
         context_length=plan.context_length,
-        attention=plan.attention,
+        attention=ATTENTION_WORDS[attention_lowering(plan)],
         buffer_limit=limit,
         binding_limit=plan.caps.max_storage_binding_size,
         sessions=tuple(sessions),

@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.choices import Constraints, default_output, ep_constraints, fit_options
 from app.source import DEFAULT_PRESET, ModelSource
-from app.wording import CONTROLS
+from app.wording import CONTROLS, error_text
 from engine.caps import get_caps
 from engine.options import ExportOptions
 
@@ -181,7 +181,50 @@ class StudioState(QObject):
                 f"{output} exists: tick “{CONTROLS['overwrite'].name}” to export over it, "
                 "or choose another folder"
             )
+        if output.exists():
+            # What the engine will refuse anyway (not our package, a file the user put in
+            # it, the input folder), said before the click, in the engine's own check.
+            from engine.errors import PackageError
+            from engine.package import check_destination
+
+            protect = [] if self.source.is_preset else [self.source.value]
+            try:
+                check_destination(output, overwrite=True, protect=protect)
+            except PackageError as exc:
+                return error_text(exc).rstrip(".")
         return ""
+
+    def package_folder_start(self) -> str:
+        """Where a dialog choosing a package starts: beside the last export (its parent
+        folder), else beside the output folder, else the home folder."""
+        for folder in (self.package, self.output):
+            if folder.strip():
+                parent = Path(folder).expanduser().parent
+                if parent.is_dir():
+                    return str(parent)
+        return str(Path.home())
+
+    def export_note(self) -> tuple[str, str]:
+        """What stands beside Export, and its status colour: why it cannot run
+        ("warning"), or, when the output is the package just written, that it was written
+        and how to export there again ("ready"); empty when Export can run."""
+        blocker = self.export_blocker()
+        if not blocker:
+            return "", "ready"
+        output = Path(self.output).expanduser()
+        written = (
+            bool(self.package)
+            and output == Path(self.package).expanduser()
+            and output.is_dir()
+            and not (self.source_problem or self.plan_problem or self.overwrite)
+        )
+        if written:
+            return (
+                f"Exported to {output}. To export there again, tick "
+                f"“{CONTROLS['overwrite'].name}”, or choose another folder.",
+                "ready",
+            )
+        return f"Export is unavailable: {blocker}.", "warning"
 
     def report_error(self, where: str, message: str) -> None:
         """Show an error in the window's one error area (replacing any earlier one)."""

@@ -7,22 +7,82 @@ a light and a dark variant, chosen by the palette's window lightness.
 
 from __future__ import annotations
 
+import zlib
+
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QWidget
 
 _STATUS = {
     # name: (on a light background, on a dark background)
-    "ready": ("#2e7d32", "#81c784"),
+    "ready": ("#2a7230", "#81c784"),
     "likely": ("#00796b", "#4db6ac"),
     "blocked": ("#c62828", "#ef9a9a"),
     "off": ("#616161", "#bdbdbd"),
     "unsupported": ("#616161", "#bdbdbd"),
-    "warning": ("#8a6d3b", "#ffd54f"),
+    "warning": ("#7a5c1e", "#ffd54f"),
     "error": ("#c62828", "#ef9a9a"),
 }
 
-SERIES = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
-"""Bar fills (stacked roles); readable on white and on dark grey."""
+ROLE_COLORS = {
+    "linear": "#0072B2",  # Okabe-Ito blue
+    "embedding": "#D55E00",  # Okabe-Ito vermillion
+    "ple_table": "#EE6677",  # Tol bright red
+    "norm": "#DDDDDD",  # Tol light grey
+    "rope_cache": "#E69F00",  # Okabe-Ito orange
+    "scalar": "#CC79A7",  # Okabe-Ito reddish purple
+    "lm_head": "#56B4E9",  # Okabe-Ito sky blue
+    "experts": "#AA3377",  # Tol bright purple
+    "router": "#FF9DA7",  # Tableau pink
+    "scale": "#9C755F",  # Tableau brown
+    "table": "#59A14F",  # Tableau green
+    "conv": "#009E73",  # Okabe-Ito bluish green
+    "clip": "#F0E442",  # Okabe-Ito yellow
+    "bias": "#117733",  # Tol muted green
+}
+"""One fill per weight role (``engine.logical.Role``), the same in every chart and package.
+
+Okabe-Ito's seven colours plus distinct ones from Paul Tol's and Tableau's palettes, all
+visible on a light and a dark chart background. They were assigned so that the roles one
+session holds together (decoder, embedding, vision, speech) stay apart for deuteranopes
+and protanopes too (CIEDE2000 >= 12 under Machado's simulation, tests/app/test_colors.py);
+every role differs from every other by more than that for normal vision."""
+
+DTYPE_COLORS = {
+    "float32": "#0072B2",
+    "float16": "#E69F00",
+    "bfloat16": "#56B4E9",
+    "uint8": "#009E73",
+    "int8": "#D55E00",
+    "int4": "#CC79A7",
+    "uint4": "#AA3377",
+    "int32": "#9C755F",
+    "int64": "#DDDDDD",
+    "bool": "#FF9DA7",
+    "float64": "#117733",
+    "int16": "#59A14F",
+    "uint16": "#EE6677",
+    "float8e4m3fn": "#F0E442",
+}
+"""One fill per initializer dtype (the Inspector's bars), fixed, so a dtype keeps its
+colour from one package to the next."""
+
+SERIES = tuple(dict.fromkeys(ROLE_COLORS.values()))
+"""Every series fill; a name none of the maps knows gets one of these by a hash of it."""
+
+
+def series_color(name: str) -> str:
+    """The fill of a stacked series: a weight role (its key or its words), a dtype, or any
+    other name (a stable pick: the same name has the same colour in every chart)."""
+    from app.preview_data import ROLE_LABELS  # no Qt there; the words the charts show
+
+    role = next((key for key, words in ROLE_LABELS.items() if words == name), name)
+    if role in ROLE_COLORS:
+        return ROLE_COLORS[role]
+    if name in DTYPE_COLORS:
+        return DTYPE_COLORS[name]
+    return SERIES[zlib.crc32(name.encode()) % len(SERIES)]
+
+
 FITS, SPLIT_GHOST_LIGHT, SPLIT_GHOST_DARK = "#4c72b0", "#c9d6ea", "#3b4a63"
 OVER, BINDING = "#c44e52", "#dd8452"
 CAPTURE_OFF, CAPTURE_ON = "#8c9bb0", "#dd8452"

@@ -157,7 +157,9 @@ CONTROLS: dict[str, Control] = {
     "attention": Control(
         "&Attention",
         "GroupQueryAttention (fused, needed for graph capture and a shared KV buffer) or "
-        "standard ONNX operators (any EP, KV grown by Concat). auto: GQA where the EP has it.",
+        "standard ONNX operators (any EP, KV grown by Concat). auto: GQA where the EP has it. "
+        "On WebGPU, whose GroupQueryAttention is not trusted under graph capture, the GQA "
+        "choice is built as explicit attention over static KV buffers instead.",
         (("auto", "auto"), ("GroupQueryAttention", "gqa"), ("standard ONNX", "standard")),
     ),
     "random_weights": Control(

@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from app.bench_metrics import METRICS
 from app.theme import CAPTURE_OFF, CAPTURE_ON, chart_background, chart_foreground
-from app.widgets.charts import ChartBox, swatch
+from app.widgets.charts import ChartBox
+from app.widgets.legend import Legend, LegendItem
 
 if TYPE_CHECKING:
     from app.history import BenchRun
@@ -39,6 +40,7 @@ class LatestRunsChart(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.title = QLabel("Latest runs: capture off vs on")
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
         font = self.title.font()
         font.setBold(True)
         self.title.setFont(font)
@@ -46,14 +48,13 @@ class LatestRunsChart(QWidget):
         self.canvas = pg.GraphicsLayoutWidget()
         self.canvas.setMinimumHeight(150)
         self.empty = QLabel("No runs yet: choose a package, then Run benchmark (Ctrl+R).")
+        self.empty.setTextFormat(Qt.TextFormat.PlainText)
         self.empty.setWordWrap(True)
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty)
         self.stack.addWidget(self.canvas)
-        self.legend = QLabel()
-        self.legend.setWordWrap(True)
-        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend = Legend()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.title)
@@ -65,6 +66,7 @@ class LatestRunsChart(QWidget):
         self.off: BenchResult | None = None
         self.on: BenchResult | None = None
         self._arrange(len(METRICS))
+        self.package = ""
         self.set_runs(None, None)
 
     def _arrange(self, columns: int) -> None:
@@ -86,15 +88,23 @@ class LatestRunsChart(QWidget):
         columns = len(METRICS) if fit >= len(METRICS) else min(fit, 3)
         if columns != self.columns:
             self._arrange(columns)
-            self.set_runs(self.off, self.on)
+            self.set_runs(self.off, self.on, self.package)
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange:
-            self.set_runs(self.off, self.on)
+            self.set_runs(self.off, self.on, self.package)
         super().changeEvent(event)
 
-    def set_runs(self, off: BenchResult | None, on: BenchResult | None) -> None:
-        self.off, self.on = off, on
+    def set_runs(self, off: BenchResult | None, on: BenchResult | None, package: str = "") -> None:
+        """The latest runs of ``package`` (its folder's name, said in the title)."""
+        self.off, self.on, self.package = off, on, package
+        of = f" of {package}" if package else ""
+        self.title.setText(f"Latest runs{of}: capture off vs on")
+        self.empty.setText(
+            f"No runs{of} yet: Run benchmark (Ctrl+R)."
+            if package
+            else "No runs yet: choose a package, then Run benchmark (Ctrl+R)."
+        )
         self.stack.setCurrentWidget(self.canvas if off or on else self.empty)
         palette = self.palette()
         fg = chart_foreground(palette)
@@ -147,13 +157,11 @@ class LatestRunsChart(QWidget):
             if off and on and off.decode_tokens_per_second
             else ""
         )
-        self.legend.setText(
-            f"{swatch(CAPTURE_OFF, 'capture off')} &nbsp; {swatch(CAPTURE_ON, 'capture on')}"
-            + "<br>"
-            + "<br>".join(lines)
-            + speedup
+        self.legend.set_items(
+            [LegendItem("capture off", CAPTURE_OFF), LegendItem("capture on", CAPTURE_ON)]
             if lines
-            else ""
+            else [],
+            "\n".join(lines) + speedup,
         )
         self.setToolTip("\n".join(lines) + speedup)
         self.setAccessibleDescription("; ".join(lines) + speedup or "no runs yet")
@@ -190,7 +198,7 @@ class HistoryChart(ChartBox):
                     symbolBrush=color,
                     symbolPen=None,
                 )
-                legend.append(swatch(color, "capture on" if capture else "capture off"))
+                legend.append(LegendItem("capture on" if capture else "capture off", color))
         count = len(runs)
         step = max(1, count // 10)
         self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, count + 1, step)]])
@@ -199,7 +207,7 @@ class HistoryChart(ChartBox):
         values: list[Any] = [metric.read(r.result) for r in runs]
         self.plot.setYRange(0, max(values or [1]) * 1.15, padding=0)
         self.plot.setXRange(0.5, max(count, 1) + 0.5, padding=0)
-        self.legend.setText(" &nbsp; ".join(legend) or "No runs yet.")
+        self.legend.set_items(legend, "" if legend else "No runs yet.")
         self.describe(
             f"{count} runs; {metric.title}: " + ", ".join(metric.format(v) for v in values[-10:])
         )

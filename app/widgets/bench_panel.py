@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -35,10 +34,11 @@ from app.bench_controller import BenchController
 from app.bench_metrics import METRICS
 from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
 from app.state import StudioState
-from app.theme import status_color
 from app.widgets.deferred import Deferred
 from app.widgets.media_inputs import MediaInputs, media_words
+from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
+from app.widgets.tabs import roomy_tabs
 from app.widgets.target_panel import combo, described
 from app.wording import CONTROLS
 from engine.caps import get_caps, list_eps
@@ -129,9 +129,8 @@ class BenchPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setAccessibleName("Benchmark progress")
-        self.note = QLabel()
-        self.note.setWordWrap(True)
-        self.note.setTextFormat(Qt.TextFormat.RichText)
+        self.note = MessageLabel()
+        self.note.setAccessibleName("Benchmark status")
         self._latest_chart = Deferred(_latest_chart)
         self._history_chart = Deferred(_history_chart)
         self.history_metric = QComboBox()
@@ -183,7 +182,7 @@ class BenchPanel(QWidget):
         history_layout.setContentsMargins(0, 0, 0, 0)
         history_layout.addWidget(self._history_chart, 1)
         history_layout.addWidget(self.history_metric)
-        self.history_tabs = QTabWidget()
+        self.history_tabs = roomy_tabs()
         self.history_tabs.addTab(self.table, "History")
         self.history_tabs.addTab(over_time, "Runs over time")
         body = QSplitter(Qt.Orientation.Vertical)
@@ -209,7 +208,8 @@ class BenchPanel(QWidget):
         controller.progress.connect(self._on_progress)
         controller.completed.connect(self._completed)
         controller.cancelled.connect(lambda: self._say("Cancelled: no run finished.", "off"))
-        controller.failed.connect(lambda _: self._say("Failed (see the message above).", "error"))
+        controller.failed.connect(lambda message: self._say(f"Failed: {message}", "error"))
+        controller.packageChanged.connect(self._package_changed)
         controller.finished.connect(self._finished)
         controller.historyChanged.connect(self.refresh)
         state.packageChanged.connect(self.set_package)
@@ -232,7 +232,9 @@ class BenchPanel(QWidget):
         self.controller.inspect(folder)
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Package folder")
+        folder = QFileDialog.getExistingDirectory(
+            self, "Package folder", self._state.package_folder_start()
+        )
         if folder:
             self.set_package(folder)
 
@@ -303,6 +305,17 @@ class BenchPanel(QWidget):
             self._say("Running…", "off")
         return worker
 
+    def _package_changed(self, path: Path | None) -> None:
+        """What was said of the last package (its run, its failure) goes with it."""
+        if self.controller.running:
+            return
+        self.latest = None
+        self.progress.setValue(0)
+        self.progress.setFormat("%p%")
+        self._say("", None)
+        if self._loaded:
+            self.refresh()
+
     def _on_progress(self, fraction: float, message: str) -> None:
         self.progress.setValue(int(fraction * 1000))
         self.progress.setFormat(f"%p%  {message}")
@@ -338,9 +351,8 @@ class BenchPanel(QWidget):
         self._say(" ".join(lines), level)
         self.finished.emit(outcome)
 
-    def _say(self, text: str, level: str) -> None:
-        color = status_color(level, self.palette())
-        self.note.setText(f"<span style='color:{color}'>{text}</span>")
+    def _say(self, text: str, level: str | None) -> None:
+        self.note.say(text, level)
 
     def _finished(self) -> None:
         self.run_button.setEnabled(self.controller.facts is not None)
@@ -357,11 +369,14 @@ class BenchPanel(QWidget):
         self._loaded = True
         runs = self.controller.history.runs
         latest: dict[bool, Any] = {}
-        for run in runs:
+        for run in self.controller.runs_of_package():  # another package's runs are not these
             latest[run.result.graph_capture] = run.result
         if self.latest is not None and self.latest.results:
             latest = {r.graph_capture: r for r in self.latest.results}
-        self.latest_chart.set_runs(latest.get(False), latest.get(True))
+        package = self.controller.package
+        self.latest_chart.set_runs(
+            latest.get(False), latest.get(True), package.name if package else ""
+        )
         self.history_chart.set_history(runs, self.history_metric.currentData())
         fill_table(
             self.table,

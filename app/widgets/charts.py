@@ -17,10 +17,21 @@ from PySide6.QtGui import QColor, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.preview_data import SessionSize, TensorBar
-from app.theme import BINDING, FITS, OVER, SERIES, chart_background, chart_foreground, split_ghost
+from app.theme import (
+    BINDING,
+    FITS,
+    OVER,
+    chart_background,
+    chart_foreground,
+    series_color,
+    split_ghost,
+)
+from app.widgets.legend import Legend, LegendItem, Mark
 from engine.units import format_bytes
 
 MIB = 1024**2
+LABEL_PAD = 18
+"""Pixels of a category axis that are not label: the tick, its gap, rounding."""
 OFF_SCALE = 20
 """A limit more than this many times the largest tensor is named, not drawn: drawn, it would
 squeeze every bar to a sliver."""
@@ -48,16 +59,13 @@ def short_name(name: str, width: int = 30) -> str:
     return f"{name[:keep]}…{name[-(width - 1 - keep) :]}"
 
 
-def swatch(color: str, text: str, mark: str = "■") -> str:
-    return f"<span style='color:{color}'>{mark}</span>&nbsp;{text}"
-
-
 class ChartBox(QWidget):
     """A titled plot with its legend below; subclasses draw in :meth:`draw`."""
 
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.title = QLabel(title)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
         self.title.setWordWrap(True)
         font = self.title.font()
         font.setBold(True)
@@ -70,9 +78,7 @@ class ChartBox(QWidget):
         self.plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         for axis in ("bottom", "left"):
             self.plot.getAxis(axis).enableAutoSIPrefix(False)
-        self.legend = QLabel()
-        self.legend.setWordWrap(True)
-        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend = Legend()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(2)
@@ -82,6 +88,7 @@ class ChartBox(QWidget):
         self.setAccessibleName(title)
         self.summary = ""
         self.categories: list[str] = []
+        self.tick_labels: list[str] = []
         self._args: tuple[Any, ...] | None = None
         self._apply_theme()
 
@@ -118,7 +125,7 @@ class ChartBox(QWidget):
         for axis in ("bottom", "left"):
             self.plot.getAxis(axis).setTicks(None)
             self.plot.setLabel(axis, "")
-        self.legend.setText("")
+        self.legend.clear()
         self.describe("")
 
     def describe(self, summary: str) -> None:
@@ -132,19 +139,42 @@ class ChartBox(QWidget):
         item.setPos(x, y)
         self.plot.addItem(item)
 
-    def category_axis(self, axis: str, labels: Sequence[str]) -> None:
+    def category_axis(
+        self, axis: str, labels: Sequence[str], tails: Sequence[str] | None = None
+    ) -> None:
+        """One label per category (``labels[i] + tails[i]``). On the left axis each is
+        elided to the axis' width, in the middle of its label, never in its tail (a size):
+        pyqtgraph silently skips a tick label that does not fit its axis."""
         item = self.plot.getAxis(axis)
-        item.setTicks([list(enumerate(labels))])
-        self.categories = list(labels)
+        ends = list(tails) if tails is not None else [""] * len(labels)
+        self.categories = [label + end for label, end in zip(labels, ends, strict=True)]
+        shown = list(self.categories)
         if axis == "left":
-            metrics = QFontMetrics(self.font())
-            widest = max((metrics.horizontalAdvance(label) for label in labels), default=20)
-            item.setWidth(min(widest + 16, max(120, int(self.width() * 0.45))))
+            font = self.font()
+            item.setTickFont(font)  # the font measured here is the font drawn
+            metrics = QFontMetrics(font)
+            widest = max((metrics.horizontalAdvance(c) for c in self.categories), default=20)
+            share = max(min(150, int(self.width() * 0.6)), int(self.width() * 0.45))
+            width = min(widest + LABEL_PAD, share)
+            item.setWidth(width)
+            room = width - LABEL_PAD
+            shown = [
+                full
+                if metrics.horizontalAdvance(full) <= room
+                else metrics.elidedText(
+                    label, Qt.TextElideMode.ElideMiddle, room - metrics.horizontalAdvance(end)
+                )
+                + end
+                for full, label, end in zip(self.categories, labels, ends, strict=True)
+            ]
+        self.tick_labels = shown
+        """The labels as drawn (elided where the full one does not fit)."""
+        item.setTicks([list(enumerate(shown))])
 
-    def label_chars(self) -> int:
-        """How many characters a category label may take at the current width."""
-        average = max(QFontMetrics(self.font()).averageCharWidth(), 1)
-        return max(14, int(self.width() * 0.42) // average)
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._args is not None and event.size().width() != event.oldSize().width():
+            self.draw(*self._args)  # the labels' room follows the width
 
 
 class SessionSizeChart(ChartBox):
@@ -167,8 +197,10 @@ class SessionSizeChart(ChartBox):
         ordered = list(reversed(sessions))  # the first session at the top
         left = [0.0] * len(ordered)
         legend = []
-        for i, role in enumerate(roles):
-            color = SERIES[i % len(SERIES)]
+        # A hairline of the background between segments: neighbours never merge.
+        edge = pg.mkPen(chart_background(self.palette()), width=1)
+        for role in roles:
+            color = series_color(role)  # by name: the same role, the same colour everywhere
             widths = [s.by_role.get(role, 0) / scale for s in ordered]
             self.plot.addItem(
                 pg.BarGraphItem(
@@ -177,16 +209,18 @@ class SessionSizeChart(ChartBox):
                     height=0.5,
                     width=widths,
                     brush=color,
-                    pen=pg.mkPen(None),
+                    pen=edge,
                 )
             )
-            legend.append(swatch(color, role))
+            legend.append(LegendItem(role, color))
             left = [a + b for a, b in zip(left, widths, strict=True)]
-        self.category_axis("left", [f"{s.name} {format_bytes(s.total)}" for s in ordered])
+        self.category_axis(
+            "left", [s.name for s in ordered], [f" {format_bytes(s.total)}" for s in ordered]
+        )
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, max(left) * 1.05, padding=0)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
-        self.legend.setText(" &nbsp; ".join(legend))
+        self.legend.set_items(legend)
         self.describe(
             "; ".join(
                 f"{s.name} ({s.filename}): {format_bytes(s.total)}"
@@ -214,8 +248,9 @@ class LargestTensorsChart(ChartBox):
         self.show_data(tuple(bars), limit, binding)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        if self._args is not None and self.fitting_bars() != self._shown:
+        super().resizeEvent(event)  # redraws when the width changed
+        same_width = event.size().width() == event.oldSize().width()
+        if self._args is not None and same_width and self.fitting_bars() != self._shown:
             self.draw(*self._args)
 
     def fitting_bars(self) -> int:
@@ -267,13 +302,14 @@ class LargestTensorsChart(ChartBox):
         for i, b in enumerate(ordered):
             if b in clipped:
                 self.text(f"{format_bytes(b.unsplit)} unsplit ▸", top / scale, i, (1, 0.5))
-        legend = [swatch(FITS, "fits")]
+        legend = [LegendItem("fits", FITS)]
+        notes = []
         if OVER in colors:
-            legend.append(swatch(OVER, "over the buffer limit"))
+            legend.append(LegendItem("over the buffer limit", OVER))
         if BINDING in colors:
-            legend.append(swatch(BINDING, "over the storage binding limit"))
+            legend.append(LegendItem("over the storage binding limit", BINDING))
         if any(b.pieces > 1 for b in bars):
-            legend.append(swatch(split_ghost(self.palette()), "before splitting (×N: pieces)"))
+            legend.append(LegendItem("before splitting (×N: pieces)", split_ghost(self.palette())))
         for value, name, color, style in limits:
             if (value, name, color, style) in shown:
                 self.plot.addItem(
@@ -281,20 +317,19 @@ class LargestTensorsChart(ChartBox):
                         pos=value / scale, angle=90, pen=pg.mkPen(color, width=2, style=style)
                     )
                 )
-                mark = "╌╌" if style == Qt.PenStyle.DashLine else "┈┈"
-                legend.append(swatch(color, f"{name} {format_bytes(value)}", mark))
+                mark: Mark = "dash" if style == Qt.PenStyle.DashLine else "dot"
+                legend.append(LegendItem(f"{name} {format_bytes(value)}", color, mark))
                 self.drawn_limits.append(name)
             else:
                 share = written / value
-                legend.append(
+                notes.append(
                     f"{name} {format_bytes(value)}: off the scale (the largest tensor is "
                     f"{share * 100:.2g}% of it)"
                 )
-        chars = self.label_chars()
         several = len({b.session for b in bars}) > 1
         labels = [
             (f"{b.session}: " if several else "")
-            + short_name(b.name, chars)
+            + short_name(b.name, width=200)  # then elided to the axis' pixels
             + (f" ×{b.pieces}" if b.pieces > 1 else "")
             for b in ordered
         ]
@@ -302,7 +337,7 @@ class LargestTensorsChart(ChartBox):
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, top / scale, padding=0)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
-        self.legend.setText(" &nbsp; ".join(legend))
+        self.legend.set_items(legend, "\n".join(notes))
         self.describe(
             "Over the storage binding limit: only adapters that grant more can bind it. "
             + "; ".join(

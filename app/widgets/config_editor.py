@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QListWidget,
     QPushButton,
     QSplitter,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from app import dialogs
 from app.state import StudioState
 from app.theme import is_dark, status_color
+from app.widgets.messages import MessageLabel
 from engine.genai_doc import ConfigValueError, GenaiConfigError, GenaiDoc, JsonPath, rule_for
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -93,8 +93,9 @@ class ConfigEditor(QWidget):
         self.save_button = _button("&Save", "Save the file (Ctrl+S); asks first if lint flags it")
         self.save_as_button = _button("Save &as…", "Save to another file")
         self.reload_button = _button("Reloa&d", "Read the file again (asks before losing edits)")
-        self.path_label = QLabel("No file open. Export a package or open any genai_config.json.")
-        self.path_label.setWordWrap(True)
+        self.path_label = MessageLabel(
+            "No file open. Export a package or open any genai_config.json."
+        )
         self.model = QStandardItemModel(0, 3)
         self.model.setHorizontalHeaderLabels(["Field", "Value", "Type"])
         self.tree = QTreeView()
@@ -111,8 +112,8 @@ class ConfigEditor(QWidget):
         self.lint = QListWidget()
         self.lint.setWordWrap(True)
         self.lint.setAccessibleName("Lint: known traps")
-        self.message = QLabel("")
-        self.message.setWordWrap(True)
+        self.message = MessageLabel()
+        self.message.setAccessibleName("genai_config message")
 
         bar = QHBoxLayout()
         for button in (self.open_button, self.save_button, self.save_as_button, self.reload_button):
@@ -155,7 +156,7 @@ class ConfigEditor(QWidget):
         self._state.clear_error("config")
         self.doc = doc
         self._rebuild()
-        self.message.setText("")
+        self.message.say("")
         self.opened.emit(str(doc.path))
         return True
 
@@ -193,7 +194,7 @@ class ConfigEditor(QWidget):
             + "\n\nonnxruntime-genai may refuse or misbehave with them. Save anyway?",
             "Save anyway",
         ):
-            self.message.setText("Not saved: the flagged values are still in the editor.")
+            self.message.say("Not saved: the flagged values are still in the editor.")
             return False
         unchanged = not self.doc.modified
         try:
@@ -202,7 +203,7 @@ class ConfigEditor(QWidget):
             self._state.report_error("config", f"Cannot save the config: {exc}")
             return False
         note = " (no changes: written byte for byte as read)" if unchanged else ""
-        self.message.setText(f"Saved {written}{note}.")
+        self.message.say(f"Saved {written}{note}.")
         self._refresh_buttons()
         self.saved.emit(str(written))
         return True
@@ -234,14 +235,13 @@ class ConfigEditor(QWidget):
         try:
             value = self.doc.set_text(path, text)
         except ConfigValueError as exc:
-            color = status_color("error", self.palette())
-            self.message.setText(f"<span style='color:{color}'>Refused {exc}</span>")
+            self.message.say(f"Refused {exc}", "error")
             self.refused.emit(exc.reason)
             return False
         item = self._values.get(path)
         if item is not None:
             item.setText(display(value))
-        self.message.setText(f"Set {'.'.join(map(str, path))} = {json.dumps(value)}")
+        self.message.say(f"Set {'.'.join(map(str, path))} = {json.dumps(value)}")
         self._refresh_lint()
         return True
 
@@ -252,7 +252,7 @@ class ConfigEditor(QWidget):
         try:
             self.doc.set_capture(session, on)
         except ConfigValueError as exc:
-            self.message.setText(f"Refused {exc}")
+            self.message.say(f"Refused {exc}", "error")
             self.refused.emit(exc.reason)
             return False
         self._rebuild(keep_message=True)

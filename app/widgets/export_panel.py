@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
 from app.controllers import ExportController
 from app.package_jobs import VerifyReport, verify_job
 from app.state import StudioState
-from app.theme import status_color
+from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.wording import error_text, render
 from app.workers import Worker, start_worker
@@ -75,12 +74,10 @@ class ExportPanel(QWidget):
             "Copy the python -m engine build line for these settings (Ctrl+Shift+C)",
         )
         self.save_log_button = _button("Save lo&g…", "Save the export log to a text file")
-        self.target = QLabel()
-        self.target.setWordWrap(True)
-        self.blocker = QLabel()
-        self.blocker.setWordWrap(True)
+        self.target = MessageLabel()
+        self.blocker = MessageLabel()
         self.blocker.setAccessibleName("Why Export is unavailable")
-        self.stage = QLabel("Ready.")
+        self.stage = MessageLabel("Ready.")
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
@@ -95,8 +92,11 @@ class ExportPanel(QWidget):
         self.log.setTabChangesFocus(True)
 
         self.summary_box = QGroupBox("Package")
-        self.summary = QLabel()
-        self.summary.setWordWrap(True)
+        self.package_path = MessageLabel()
+        font = self.package_path.font()
+        font.setBold(True)
+        self.package_path.setFont(font)
+        self.summary = MessageLabel()
         self.files = read_only_table(["File", "Size", "Bytes"], stretch=0)
         self.files.setMaximumHeight(130)
         self.open_button = _button("&Open folder", "Open the package folder in the file manager")
@@ -108,8 +108,7 @@ class ExportPanel(QWidget):
         self.bench_button = _button("&Benchmark", "Benchmark this package")
         self.config_button = _button("Edit genai_&config", "Open its genai_config.json")
         self.inspect_button = _button("Inspec&t", "Every initializer's size, dtype and split")
-        self.verify_result = QLabel()
-        self.verify_result.setWordWrap(True)
+        self.verify_result = MessageLabel()
         self.verify_result.setMinimumHeight(44)
         actions = QHBoxLayout()
         for button in (
@@ -122,6 +121,7 @@ class ExportPanel(QWidget):
             actions.addWidget(button)
         actions.addStretch(1)
         box = QVBoxLayout(self.summary_box)
+        box.addWidget(self.package_path)
         box.addWidget(self.summary)
         box.addWidget(self.files)
         box.addLayout(actions)
@@ -156,8 +156,12 @@ class ExportPanel(QWidget):
         controller.logged.connect(self.log.appendPlainText)
         controller.succeeded.connect(self._on_success)
         controller.cancelled.connect(lambda: self._set_stage("Cancelled: nothing was written."))
-        controller.failed.connect(lambda msg: self._set_stage("Failed (see the message above)."))
+        controller.failed.connect(lambda msg: self._set_stage(f"Failed: {msg}", "error"))
         controller.finished.connect(self._on_finished)
+        # The last export's stage, bar and summary are about what it was asked for: a
+        # new model, options or folder starts from "Ready." again.
+        for signal in (state.sourceChanged, state.optionsChanged, state.outputChanged):
+            signal.connect(self._context_changed)
         for signal in (
             state.sourceChanged,
             state.optionsChanged,
@@ -175,12 +179,8 @@ class ExportPanel(QWidget):
         self.target.setText(f"{self._state.source.display}  →  {output}")
         blocker = "" if self.controller.running else self._state.export_blocker()
         self.export_button.setEnabled(not self.controller.running and not blocker)
-        color = status_color("warning", self.palette())
-        self.blocker.setText(
-            f"<span style='color:{color}'>Export is unavailable: {blocker}.</span>"
-            if blocker
-            else ""
-        )
+        note, level = ("", "ready") if self.controller.running else self._state.export_note()
+        self.blocker.say(note, level)
         self.blocker.setVisible(bool(blocker))
         self.export_button.setToolTip(
             f"Unavailable: {blocker}"
@@ -207,19 +207,29 @@ class ExportPanel(QWidget):
         self.progress.setValue(int(fraction * 1000))
         self._set_stage(message)
 
-    def _set_stage(self, text: str) -> None:
-        self.stage.setText(text)
+    def _set_stage(self, text: str, level: str | None = None) -> None:
+        self.stage.say(text, level)
+
+    def _context_changed(self, *_: Any) -> None:
+        """Forget the last export's status (not while one runs: it is that one's)."""
+        if self.controller.running:
+            return
+        self.progress.setValue(0)
+        self._set_stage("Ready.")
+        self.summary_box.setVisible(False)
+        self.verify_result.setText("")
 
     def _on_success(self, result: Any) -> None:
         self.progress.setValue(1000)
         self._set_stage(f"Exported in {result.seconds:.2f} s.")
         capture = "on" if result.graph_capture else "off"
         share = "on" if result.share_buffer else "off"
+        self.package_path.setText(str(result.output))
         self.summary.setText(
-            f"<b>{result.output}</b><br>{format_bytes(result.total_bytes)} in "
+            f"{format_bytes(result.total_bytes)} in "
             f"{len(result.files)} files, {result.seconds:.2f} s; plan total "
             f"{format_bytes(result.plan.nbytes)}; graph capture {capture}, "
-            f"KV share buffer {share}" + "".join(f"<br>note: {render(n)}" for n in result.notes)
+            f"KV share buffer {share}" + "".join(f"\nnote: {render(n)}" for n in result.notes)
         )
         fill_table(
             self.files,
@@ -288,14 +298,15 @@ class ExportPanel(QWidget):
                 f"max |Δlogit| {result.max_abs_diff:.2e}, min cosine {result.min_cosine:.6f}"
                 + "".join(f"; {r}" for r in result.reasons)
             )
-        self.verify_result.setText("<br>".join(lines))
+        self.verify_result.setText("\n".join(lines))
         for line in lines:
             self.log.appendPlainText(f"verify: {line}")
         self.verified.emit(report)
 
     def _verify_failed(self, exc: BaseException) -> None:
-        self.verify_result.setText("✘ verification failed (see the message above)")
-        self._state.report_error("verify", f"Verify failed: {error_text(exc)}")
+        message = error_text(exc)
+        self.verify_result.setText(f"✘ verification failed: {message}")
+        self._state.report_error("verify", f"Verify failed: {message}")
 
 
 def _button(text: str, tip: str) -> QPushButton:

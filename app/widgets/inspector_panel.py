@@ -15,12 +15,10 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QListWidget,
     QPushButton,
     QSplitter,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -29,7 +27,9 @@ from app.inspect_data import limits_for, session_sizes, tensor_bars
 from app.package_jobs import inspect_job, package_audit_job
 from app.state import StudioState
 from app.widgets.deferred import Deferred
+from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
+from app.widgets.tabs import roomy_tabs
 from app.wording import error_text
 from app.workers import Worker, start_worker
 from engine.caps import get_caps
@@ -73,8 +73,9 @@ class InspectorPanel(QWidget):
         self.folder.setToolTip("A package folder: ours, or one from another exporter")
         self.folder.setAccessibleName("Package folder to inspect")
         self.browse = _button("Bro&wse…", "Choose a package folder to inspect")
-        self.summary = QLabel("Open a package folder (File ▸ Open package…, or drop one here).")
-        self.summary.setWordWrap(True)
+        self.summary = MessageLabel(
+            "Open a package folder (File ▸ Open package…, or drop one here)."
+        )
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.config_button = _button("Edit genai_&config", "Open its genai_config.json")
         self.audit_button = _button(
@@ -119,7 +120,7 @@ class InspectorPanel(QWidget):
         listing_layout.setContentsMargins(0, 0, 0, 0)
         listing_layout.addWidget(self.filter)
         listing_layout.addWidget(self.initializers, 1)
-        self.details = QTabWidget()
+        self.details = roomy_tabs()
         self.details.addTab(listing, "Initializers")
         self.details.addTab(self.sessions, "Sessions")
         self.details.addTab(self.splits, "Splits")
@@ -155,7 +156,9 @@ class InspectorPanel(QWidget):
         return str(self.info.path) if self.info is not None else ""
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Package folder to inspect")
+        folder = QFileDialog.getExistingDirectory(
+            self, "Package folder to inspect", self._state.package_folder_start()
+        )
         if folder:
             self.open(folder)
 
@@ -175,17 +178,18 @@ class InspectorPanel(QWidget):
         return self.worker
 
     def _failed(self, exc: BaseException) -> None:
-        self.summary.setText("Not inspected (see the message above).")
-        self._state.report_error("inspect", f"Cannot inspect the folder: {error_text(exc)}")
+        message = error_text(exc)
+        self.summary.setText(f"Not inspected: {message}")
+        self._state.report_error("inspect", f"Cannot inspect the folder: {message}")
 
     def _show(self, info: PackageInfo) -> None:
         self._state.clear_error("inspect")
         self.info = info
         limits = limits_for(info)
         ep = info.ep
-        problems = "".join(f"<br>⚠ {p}" for p in info.problems)
+        problems = "".join(f"\n⚠ {p}" for p in info.problems)
         self.summary.setText(
-            f"<b>{info.path.name}</b>: {len(info.sessions)} session(s), "
+            f"{info.path.name}: {len(info.sessions)} session(s), "
             f"{format_bytes(info.nbytes)} of initializers in {len(info.files)} files; "
             f"made by {info.producer}; EP {get_caps(ep).display_name if ep else 'not named'}; "
             f"limit: {format_bytes(limits.buffer) if limits.buffer else 'none'} "

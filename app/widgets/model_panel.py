@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPushButton,
     QRadioButton,
@@ -22,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.state import ModelSource, StudioState
+from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS
 from app.workers import start_worker
 from resources import resource_path
@@ -69,8 +69,7 @@ class ModelPanel(QGroupBox):
         self.presets.addItems(list(self._preset_notes))
         self.presets.setToolTip(CONTROLS["preset"].help)
         self.presets.setAccessibleName("Preset")
-        self.preset_note = QLabel()
-        self.preset_note.setWordWrap(True)
+        self.preset_note = MessageLabel()
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("a folder with config.json + *.safetensors")
         self.folder.setToolTip(CONTROLS["model"].help)
@@ -83,8 +82,9 @@ class ModelPanel(QGroupBox):
         self.cache.setAccessibleName("Cached checkpoint")
         self.scan_button = QPushButton("Scan")
         self.scan_button.setToolTip("List supported checkpoints in the local cache (no download)")
-        self.cache_note = QLabel("Scans ~/.cache/huggingface/hub (and HF_HOME); never downloads.")
-        self.cache_note.setWordWrap(True)
+        self.cache_note = MessageLabel(
+            "Scans ~/.cache/huggingface/hub (and HF_HOME); never downloads."
+        )
 
         self.stack = QStackedWidget()
         self.stack.addWidget(_column(self.presets, self.preset_note))
@@ -97,8 +97,7 @@ class ModelPanel(QGroupBox):
         self.recent.addItem("Recent models…")
         for source in recent:
             self.recent.addItem(source.display, source)
-        self.summary = QLabel("")
-        self.summary.setWordWrap(True)
+        self.summary = MessageLabel()
         self.summary.setAccessibleName("Model summary")
 
         layout = QVBoxLayout(self)
@@ -213,7 +212,7 @@ class ModelPanel(QGroupBox):
         count = s["parameters"]
         params = f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.2f} M"
         self.summary.setText(
-            f"<b>{s['name']}</b> ({s['model_type']}): {params} parameters, "
+            f"{s['name']} ({s['model_type']}): {params} parameters, "
             f"{s['layers']} layers ({s['sliding_layers']} sliding, {s['full_layers']} full), "
             f"hidden {s['hidden_size']}, {s['attention_heads']} heads, KV heads "
             f"{s['kv_heads']['sliding']}/{s['kv_heads']['full']}, head dim "

@@ -9,7 +9,6 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QListWidget,
     QSplitter,
     QVBoxLayout,
@@ -19,6 +18,7 @@ from PySide6.QtWidgets import (
 from app.preview_data import PreviewData
 from app.theme import status_color
 from app.widgets.deferred import Deferred
+from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from engine.units import format_bytes
 
@@ -48,14 +48,12 @@ class PreviewPanel(QWidget):
         super().__init__(parent)
         self.data: PreviewData | None = None
         self._stale = False
-        self.title = QLabel("Planning…")
+        self.title = MessageLabel("Planning…")
         font = self.title.font()
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)
         self.title.setFont(font)
-        self.title.setWordWrap(True)
-        self.facts = QLabel("")
-        self.facts.setWordWrap(True)
+        self.facts = MessageLabel()
         self._sizes = Deferred(_sizes_chart)
         self._tensors = Deferred(_tensors_chart)
         self.splits = read_only_table(

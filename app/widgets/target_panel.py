@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.choices import Constraints
 from app.state import ModelSource, StudioState
+from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
@@ -80,8 +81,7 @@ class TargetPanel(QGroupBox):
         self.output = described(QLineEdit(), "output")
         self.browse = described(QPushButton("Browse…"), "output", " (choose the parent folder)")
         self.overwrite = checkbox("overwrite")
-        self.note = QLabel()
-        self.note.setWordWrap(True)
+        self.note = MessageLabel()
         self.note.setObjectName("adjustmentNote")
         self.note.setAccessibleName("What was adjusted")
         self.advanced_button = QToolButton()

@@ -22,12 +22,10 @@ from PySide6.QtGui import (
     QResizeEvent,
 )
 from PySide6.QtWidgets import (
-    QLabel,
     QMainWindow,
     QPushButton,
     QScrollArea,
     QSplitter,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -45,9 +43,12 @@ from app.widgets.config_editor import ConfigEditor
 from app.widgets.error_banner import ErrorBanner
 from app.widgets.export_panel import ExportPanel
 from app.widgets.inspector_panel import InspectorPanel
+from app.widgets.messages import MessageLabel
 from app.widgets.model_panel import ModelPanel
 from app.widgets.preview_panel import PreviewPanel
+from app.widgets.tabs import roomy_tabs
 from app.widgets.target_panel import TargetPanel
+from app.windows.shortcuts import WindowShortcuts
 
 TABS = ("Preview", "Export", "genai_config", "Benchmark", "Inspector")
 DEFAULT_SIZE = (1440, 900)
@@ -94,15 +95,14 @@ class MainWindow(QMainWindow):
         font = self.export_shortcut.font()
         font.setBold(True)
         self.export_shortcut.setFont(font)
-        self.export_reason = QLabel()
-        self.export_reason.setWordWrap(True)
+        self.export_reason = MessageLabel()
         self.banner = ErrorBanner(self.state)
         self.preview = PreviewPanel()
         self.export_panel = ExportPanel(self.state, self.exporter)
         self.config_editor = ConfigEditor(self.state)
         self.bench_panel = BenchPanel(self.state, self.bencher)
         self.inspector = InspectorPanel(self.state)
-        self.tabs = QTabWidget()
+        self.tabs = roomy_tabs()
         pages = (self.preview, self.export_panel, self.config_editor, self.bench_panel)
         for widget, name in zip((*pages, self.inspector), TABS, strict=True):
             self.tabs.addTab(widget, name)
@@ -162,6 +162,10 @@ class MainWindow(QMainWindow):
         self.inspector.editConfigRequested.connect(self.edit_config)
         self.inspector.benchmarkRequested.connect(self.show_bench)
         self.exporter.succeeded.connect(lambda _: self.settings.add_recent(self.state.source))
+        # The model and target form is what the running export was asked for: locked
+        # until it ends (done, cancelled or failed), so it cannot drift from the package.
+        self.exporter.started.connect(lambda *_: self._lock_form(True))
+        self.exporter.finished.connect(lambda: self._lock_form(False))
         self._mirror_export_button()
         if not self.settings.restore_geometry(self):
             self.resize(*DEFAULT_SIZE)
@@ -274,6 +278,16 @@ class MainWindow(QMainWindow):
             self.menu_actions[key] = action
         # Esc cancels an export only while one runs; otherwise it stays with the widgets
         # (closing a cell editor, a popup).
+        # Run and view shortcuts work from every field (a line edit takes Ctrl+E on X11).
+        self.shortcuts = WindowShortcuts(
+            self,
+            [
+                action
+                for key, action in self.menu_actions.items()
+                if key in ("export", "benchmark", "copy_cli", "save_log", "about")
+                or key.startswith("tab_")
+            ],
+        )
         cancel = self.menu_actions["cancel"]
         cancel.setEnabled(False)
         self.exporter.started.connect(lambda *_: cancel.setEnabled(True))
@@ -285,8 +299,15 @@ class MainWindow(QMainWindow):
         button = self.export_panel.export_button
         self.export_shortcut.setEnabled(button.isEnabled())
         self.export_shortcut.setToolTip(button.toolTip())
-        self.export_reason.setText(self.export_panel.blocker.text())
+        self.export_reason.say(self.export_panel.blocker.text(), self.export_panel.blocker.level)
         self.export_reason.setVisible(not self.export_panel.blocker.isHidden())
+
+    def _lock_form(self, locked: bool) -> None:
+        """Disable the model and target form (and the actions that change the model)."""
+        for widget in (self.model_panel, self.target_panel):
+            widget.setEnabled(not locked)
+        for key in ("open_model", "scan_cache"):
+            self.menu_actions[key].setEnabled(not locked)
 
     # ------------------------------------------------------------------ actions
 
@@ -326,7 +347,9 @@ class MainWindow(QMainWindow):
     def choose_package(self) -> None:
         from PySide6.QtWidgets import QFileDialog
 
-        folder = QFileDialog.getExistingDirectory(self, "Package folder to inspect")
+        folder = QFileDialog.getExistingDirectory(
+            self, "Package folder to inspect", self.state.package_folder_start()
+        )
         if folder:
             self.inspect_package(folder)
 
@@ -351,6 +374,8 @@ class MainWindow(QMainWindow):
         event.acceptProposedAction()
         if folder_kind(folder) == "package":
             self.inspect_package(str(folder))
+        elif self.exporter.running:  # the form is locked: the model stays
+            self.statusBar().showMessage("The model cannot change while an export runs.", 4000)
         else:  # a checkpoint, or a folder that is not one: the model panel says which
             self.model_panel.choose_folder(str(folder))
             self.tabs.setCurrentWidget(self.preview)

@@ -206,9 +206,8 @@ def test_an_existing_folder_is_replaced_only_when_ticked_and_confirmed(
 
     existing = tmp_path / "taken"
     existing.mkdir()
-    (existing / "keep.txt").write_text("mine")
     # An earlier package of ours (the engine never replaces a folder that is not one).
-    (existing / MANIFEST).write_text(json.dumps({"producer": PRODUCER}))
+    (existing / MANIFEST).write_text(json.dumps({"producer": PRODUCER, "files": [MANIFEST]}))
     window.state.set_output(str(existing))
     panel = window.export_panel
     assert not panel.export_button.isEnabled()  # not offered, and said why in place
@@ -227,12 +226,28 @@ def test_an_existing_folder_is_replaced_only_when_ticked_and_confirmed(
     window.exporter.confirm_replace = answer(False)
     _click(qtbot, panel.export_button)
     assert asked == [existing] and window.exporter.worker is None
-    assert (existing / "keep.txt").read_text() == "mine"
-    assert "was kept" in panel.log.toPlainText()
+    assert (existing / MANIFEST).is_file() and "was kept" in panel.log.toPlainText()
     window.exporter.confirm_replace = answer(True)
     result = _export(qtbot, window, existing)
     assert result is not None and asked == [existing, existing]
-    assert not (existing / "keep.txt").exists() and (existing / "genai_config.json").is_file()
+    assert (existing / "genai_config.json").is_file()
+
+
+def test_a_file_the_user_put_into_a_package_blocks_its_replacement(
+    qtbot, window: MainWindow, tmp_path
+):
+    from engine.package import MANIFEST, PRODUCER
+
+    existing = tmp_path / "taken"
+    existing.mkdir()
+    (existing / MANIFEST).write_text(json.dumps({"producer": PRODUCER, "files": [MANIFEST]}))
+    (existing / "keep.txt").write_text("mine")
+    window.state.set_output(str(existing))
+    window.target_panel.overwrite.setChecked(True)
+    panel = window.export_panel
+    assert not panel.export_button.isEnabled()  # even with "Replace an existing folder"
+    assert "keep.txt" in panel.blocker.text() and "did not write" in panel.blocker.text()
+    assert (existing / "keep.txt").read_text() == "mine"
 
 
 def test_copy_cli_command_gives_the_line_that_exports_the_same_package(

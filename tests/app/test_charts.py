@@ -1,0 +1,125 @@
+"""The charts' labels: every bar keeps its label at any window size; legends wrap between
+entries, never inside one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage, QPainter
+from PySide6.QtWidgets import QApplication
+
+from app.widgets.charts import ChartBox
+from app.windows.main_window import MainWindow
+from tests.app.conftest import export_split_webgpu_tiny, make_settings, wait_for_preview
+
+SIZES = ((1600, 1000), (1024, 700))
+FOREIGN = Path(__file__).resolve().parents[1] / "engine" / "data" / "genai-builder-llama-int4"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_split_webgpu_tiny(tmp_path_factory.mktemp("charts") / "tiny-webgpu").output
+
+
+def drawn_labels(chart: ChartBox) -> list[str]:
+    """The category labels pyqtgraph really draws on the left axis (it skips those that do
+    not fit the axis)."""
+    axis = chart.plot.getAxis("left")
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [text for _, _, text in texts]
+
+
+def assert_every_bar_labelled(chart: ChartBox, bars: int) -> None:
+    assert bars > 0
+    assert len(chart.categories) == bars
+    drawn = drawn_labels(chart)
+    assert sorted(drawn) == sorted(chart.tick_labels), "a label was skipped"
+    assert len(drawn) == bars
+    for full, shown in zip(chart.categories, chart.tick_labels, strict=True):
+        assert shown.strip("…").strip(), f"{full!r} drawn as {shown!r}"
+        assert shown == full or "…" in shown
+        assert shown[:3] == full[:3]  # elided in the middle: it still starts as it should
+
+
+def _window(qtbot, tmp_path: Path, size: tuple[int, int]) -> MainWindow:
+    window = MainWindow(make_settings(tmp_path))
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show()
+    qtbot.waitUntil(lambda: window.width() == size[0] and window.state.preview is not None)
+    return window
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_every_bar_has_its_label_in_the_preview(qtbot, tmp_path: Path, size: tuple[int, int]):
+    window = _window(qtbot, tmp_path, size)
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    window.state.update_options(ep="webgpu", weight_bits=4)
+    data = wait_for_preview(qtbot, window, lambda p: "gemma4-e2b → WebGPU" in p.title)
+    window.tabs.setCurrentWidget(window.preview)
+    QApplication.processEvents()
+    tensors = window.preview.tensors
+    assert_every_bar_labelled(tensors, len(tensors.categories))
+    assert len(tensors.categories) >= min(8, len(data.largest))  # room for most of them
+    assert_every_bar_labelled(window.preview.sizes, len(data.sessions))
+    assert all(
+        label.split(" ")[-1] in ("GiB", "MiB", "KiB") for label in window.preview.sizes.tick_labels
+    )
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@pytest.mark.parametrize("which", ["ours", "foreign"])
+def test_every_bar_has_its_label_in_the_inspector(
+    qtbot, tmp_path: Path, size: tuple[int, int], which: str, package: Path
+):
+    window = _window(qtbot, tmp_path, size)
+    folder = package if which == "ours" else FOREIGN
+    with qtbot.waitSignal(window.inspector.inspected, timeout=30_000) as shown:
+        window.inspect_package(str(folder))
+    QApplication.processEvents()
+    tensors = window.inspector.tensors
+    assert_every_bar_labelled(tensors, len(tensors.categories))
+    assert_every_bar_labelled(window.inspector.sizes, len(shown.args[0].sessions))
+
+
+def test_labels_follow_the_width(qtbot, tmp_path: Path):
+    """Narrower, the labels are elided further; wider again, they come back whole."""
+    window = _window(qtbot, tmp_path, (1600, 1000))
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("gemma4-e2b"))
+    tensors = window.preview.tensors
+    wide = list(tensors.tick_labels)
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: tensors.tick_labels != wide)
+    assert any("…" in label for label in tensors.tick_labels)
+    qtbot.waitUntil(lambda: len(drawn_labels(tensors)) == len(tensors.categories))
+    assert_every_bar_labelled(tensors, len(tensors.categories))
+    window.resize(1600, 1000)
+    qtbot.waitUntil(lambda: tensors.tick_labels == wide)
+    qtbot.waitUntil(lambda: len(drawn_labels(tensors)) == len(tensors.categories))
+    assert_every_bar_labelled(tensors, len(tensors.categories))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_legend_entries_never_wrap_inside_a_label(qtbot, tmp_path: Path, size: tuple[int, int]):
+    window = _window(qtbot, tmp_path, size)
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    window.state.update_options(ep="webgpu", weight_bits=4)
+    wait_for_preview(qtbot, window, lambda p: "gemma4-e2b → WebGPU" in p.title)
+    window.tabs.setCurrentWidget(window.preview)
+    QApplication.processEvents()
+    for chart in (window.preview.sizes, window.preview.tensors):
+        legend = chart.legend
+        assert legend.entries
+        for entry in legend.entries:
+            label = entry.label
+            assert not label.wordWrap()
+            assert label.width() >= label.sizeHint().width(), f"clipped: {label.text()}"
+            assert label.height() >= label.fontMetrics().height()  # one whole line
+            assert legend.rect().contains(entry.geometry().translated(entry.parentWidget().pos()))
