@@ -351,7 +351,7 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         weights = tuple(planned.values())
         for message in _limit_warnings(weights) + _float_expert_warnings(weights, options):
             warnings.setdefault(message, []).append(session.name)
-        sessions.append(SessionPlan(session.name, session.filename, weights))
+        sessions.append(SessionPlan(session.name, session.filename, weights, session))
     # A tensor two sessions hold (the token table of the embedding session and the
     # decoder's tied head) is said once.
     said = tuple(

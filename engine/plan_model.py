@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from engine.caps import EpCapabilities
 from engine.dtypes import itemsize
@@ -115,6 +115,20 @@ class WeightPlan:
             yield from piece.tensors
 
 
+class SessionTree(Protocol):
+    """The family's record of a session (:class:`engine.models.family.Session`), as far as
+    this layer needs to know it: the tree the plan was walked from, kept so that the later
+    stages build that same tree instead of making it again."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def never_captured(self) -> str | None: ...
+
+    def build(self, ctx: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class SessionPlan:
     """One ONNX file of the package."""
@@ -122,6 +136,9 @@ class SessionPlan:
     name: str
     filename: str
     weights: tuple[WeightPlan, ...]
+    tree: SessionTree | None = field(default=None, compare=False, repr=False)
+    """The session's bound weight tree the weights were planned from (None only for plans
+    written by hand in tests)."""
 
     @property
     def nbytes(self) -> int:

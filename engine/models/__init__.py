@@ -10,7 +10,7 @@ from engine.graph.context import BuildContext
 from engine.models.checkpoint_config import load_config, load_spec, spec_from_config
 from engine.models.family import Family, Session
 from engine.options import ExportOptions
-from engine.plan_model import ExportPlan
+from engine.plan_model import ExportPlan, SessionPlan
 from engine.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -81,19 +81,28 @@ def model_summary(spec: ModelSpec) -> dict[str, Any]:
 
 
 def plan_sessions(plan: ExportPlan) -> tuple[Session, ...]:
-    """The session records behind a plan, in the plan's order."""
-    return sessions_for(plan.spec, plan.options, plan.context_length)
+    """The session records the plan was made from, in the plan's order (kept by the plan:
+    nothing is made twice)."""
+    return tuple(_tree(s) for s in plan.sessions)
+
+
+def _tree(session: SessionPlan) -> Session:
+    tree = session.tree
+    if not isinstance(tree, Session):
+        raise TypeError(f"the plan's {session.name} session carries no session tree")
+    return tree
 
 
 def build_session(plan: ExportPlan, name: str, factory: TensorFactory | None = None) -> ir.Model:
     """One session's graph from the plan; initializers are lazy (written later through
     ``factory``) or empty placeholders without one (audits, previews)."""
-    for session in sessions_for(plan.spec, plan.options, plan.context_length):
-        if session.name == name:
-            ctx = BuildContext(plan, plan.session(name), factory)
-            session.build(ctx)
-            return ctx.model()
-    raise KeyError(f"the plan has no {name} session")
+    try:
+        planned = plan.session(name)
+    except KeyError:
+        raise KeyError(f"the plan has no {name} session") from None
+    ctx = BuildContext(plan, planned, factory)
+    _tree(planned).build(ctx)
+    return ctx.model()
 
 
 def build_decoder(plan: ExportPlan, factory: TensorFactory | None = None) -> ir.Model:

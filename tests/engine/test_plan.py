@@ -185,3 +185,35 @@ def test_a_warning_about_a_table_two_sessions_hold_is_said_once():
     assert len(about_table) == 1, export_plan.warnings
     assert about_table[0].endswith("(in the embedding and decoder sessions)")
     assert len(set(export_plan.warnings)) == len(export_plan.warnings)
+
+
+def test_the_plan_keeps_the_session_trees_it_was_walked_from(monkeypatch):
+    """Later stages (the builder, the audit, the app's readiness) take each session's tree
+    from the plan: none is made again, and building one twice gives the same graph."""
+    from dataclasses import replace
+
+    import onnx
+
+    import engine.models as models
+    from engine.models import build_session, family_for, plan_sessions
+    from tests._support.structure import structural_proto
+
+    export_plan = plan(load_preset("gemma4-e2b"), ExportOptions(ep="webgpu"))
+    assert [s.name for s in export_plan.sessions] == ["vision", "speech", "embedding", "decoder"]
+    made: list[str] = []
+    gemma4 = family_for("gemma4")
+
+    def counted(*args):
+        made.append("sessions")
+        return gemma4.sessions(*args)
+
+    monkeypatch.setattr(models, "_families", lambda: (replace(gemma4, sessions=counted),))
+    trees = plan_sessions(export_plan)
+    assert all(t is s.tree for t, s in zip(trees, export_plan.sessions, strict=True))
+    tiny = plan(load_preset("gemma4-tiny"), ExportOptions(ep="webgpu"))
+    assert made == ["sessions"]  # planning makes them, once
+    first, again = (build_session(tiny, "decoder") for _ in range(2))
+    assert made == ["sessions"]
+    assert onnx.printer.to_text(structural_proto(first).graph) == (
+        onnx.printer.to_text(structural_proto(again).graph)
+    )
