@@ -9,7 +9,12 @@ their concatenation along axis 0, and the sources read it part by part.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.spec import RopeSpec
 
 Role = Literal[
     "linear",
@@ -30,6 +35,26 @@ Role = Literal[
 
 
 @dataclass(frozen=True)
+class RopeTable:
+    """What a computed RoPE cache holds: the cos or sin of ``position * inv_freq`` for one
+    rotary embedding at one head size, row ``p`` for position ``p`` (float32, as
+    transformers computes the angles). A computed weight carries it as its source, so the
+    writer makes the rows from it, never from the weight's name."""
+
+    rope: RopeSpec
+    head_dim: int
+    part: Literal["cos", "sin"]
+
+    def rows(self, start: int, stop: int, cols: int | None = None) -> np.ndarray:
+        """Positions ``[start, stop)``, computed alone with the same float32 arithmetic as
+        :meth:`RopeSpec.cos_sin`; ``cols``: only the leading frequency pairs (a cache that
+        keeps just the rotated ones)."""
+        inv = self.rope.inv_freq(self.head_dim).astype(np.float32)[:cols]
+        angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
+        return (np.cos(angles) if self.part == "cos" else np.sin(angles)).astype(np.float32)
+
+
+@dataclass(frozen=True)
 class LogicalWeight:
     """One tensor of the model as the checkpoint (or a computation) provides it."""
 
@@ -38,8 +63,8 @@ class LogicalWeight:
     shape: tuple[int, ...]
     """Shape in the checkpoint's layout (linear weights are [out, in])."""
     role: Role
-    computed: bool = False
-    """True for tensors the engine computes (RoPE caches) rather than reads."""
+    computed: RopeTable | None = None
+    """How the engine computes this tensor (a RoPE cache) instead of reading it."""
     scale: float | None = None
     """A constant the graph multiplies the looked-up rows by (scaled embeddings)."""
     source: str | None = None

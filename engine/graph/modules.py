@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from engine.graph.components import embedding, gelu, linear, rms_norm
 from engine.graph.context import BuildContext
-from engine.logical import LogicalWeight, Role
+from engine.logical import LogicalWeight, Role, RopeTable
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Param:
     shape: tuple[int, ...]
     role: Role
     scale: float | None = None
-    computed: bool = False
+    computed: RopeTable | None = None
+    """How the engine computes the tensor instead of reading it (see LogicalWeight)."""
     fill: float | None = None
     """What a random-weights package holds instead of random draws (see LogicalWeight)."""
     name: str = ""

@@ -24,7 +24,6 @@ from engine.dtypes import ir_dtype, numpy_dtype
 from engine.errors import WeightsError, option
 from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan
 from engine.progress import CancelToken
-from engine.spec import ModelSpec
 from engine.weights.sources import WeightSource
 
 CHUNK_ELEMENTS = 8 * 1024 * 1024
@@ -46,27 +45,6 @@ def _offset(piece: Piece, rows_read: int) -> tuple[int, int]:
 def _position(index: np.ndarray, offset: tuple[int, int]) -> str:
     """``[row, col]`` of an element of a chunk, in the whole tensor's indices."""
     return str([int(i) + offset[axis] for axis, i in enumerate(index[:2])] + list(index[2:]))
-
-
-def rope_cache(spec: ModelSpec, name: str, length: int) -> np.ndarray:
-    """A ``rope.<kind>.<cos|sin>_cache`` tensor, float32."""
-    _, kind, part = name.split(".")
-    head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-    cos, sin = spec.rope[kind].cos_sin(head_dim, length)  # type: ignore[index]
-    return cos if part.startswith("cos") else sin
-
-
-def rope_cache_rows(
-    spec: ModelSpec, name: str, start: int, stop: int, cols: int | None = None
-) -> np.ndarray:
-    """Rows ``[start, stop)`` (positions) of :func:`rope_cache`, computed alone: the same
-    float32 arithmetic as ``RopeSpec.cos_sin``, element by element. ``cols``: only the
-    leading columns (a cache that keeps just the rotated frequency pairs)."""
-    _, kind, part = name.split(".")
-    head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-    inv = spec.rope[kind].inv_freq(head_dim).astype(np.float32)[:cols]  # type: ignore[index]
-    angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
-    return (np.cos(angles) if part.startswith("cos") else np.sin(angles)).astype(np.float32)
 
 
 class PieceTensor(ir.LazyTensor):
@@ -161,14 +139,13 @@ class TensorFactory:
         """Every part of a piece, in row chunks of at most :data:`CHUNK_ELEMENTS` source
         elements, each already in its planned dtype."""
         target = numpy_dtype(weight.dtype)
-        if weight.weight.role == "rope_cache":
-            length = self.plan.context_length
-            step = max(1, CHUNK_ELEMENTS // max(weight.weight.shape[-1], 1))
+        computed = weight.weight.computed
+        if computed is not None:
+            length, cols = weight.weight.shape
+            step = max(1, CHUNK_ELEMENTS // max(cols, 1))
             for begin in range(0, length, step):
                 self.cancel.raise_if_cancelled()
-                end = min(length, begin + step)
-                cols = weight.weight.shape[-1]
-                rows = rope_cache_rows(self.plan.spec, weight.name, begin, end, cols)
+                rows = computed.rows(begin, min(length, begin + step), cols)
                 yield {"weight": rows.astype(target, copy=False)}
             return
         if weight.storage == "float_t":

@@ -11,6 +11,7 @@ import onnx_ir as ir
 import pytest
 
 from engine.errors import CancelledError
+from engine.logical import RopeTable
 from engine.models import build_decoder
 from engine.options import ExportOptions
 from engine.pipeline import export
@@ -20,7 +21,7 @@ from engine.progress import CancelToken
 from engine.weights import factory as factory_module
 from engine.weights import stream_writer
 from engine.weights.checkpoint import Checkpoint
-from engine.weights.factory import TensorFactory, rope_cache, rope_cache_rows
+from engine.weights.factory import TensorFactory
 from engine.weights.sources import RandomSource
 
 OPTIONS = {
@@ -98,13 +99,22 @@ def test_streamed_chunks_are_bounded(tiny_models, monkeypatch):
     assert sum(sizes) == table.weight.shape[0]
 
 
+def _rope_source(preset: str, name: str, **options) -> RopeTable:
+    """The typed source of a planned RoPE cache (what the writer computes it from)."""
+    computed = plan(load_preset(preset), ExportOptions(**options)).decoder.weight(name).weight
+    assert isinstance(computed.computed, RopeTable), name
+    return computed.computed
+
+
 def test_rope_rows_match_the_whole_cache():
     spec = load_preset("gemma4-tiny")
-    for name in ("rope.sliding.cos_cache", "rope.full.sin_cache"):
-        whole = rope_cache(spec, name, 300)
-        rows = np.concatenate(
-            [rope_cache_rows(spec, name, b, min(300, b + 7)) for b in range(0, 300, 7)]
-        )
+    for name, kind, part in (("rope.sliding.cos_cache", "sliding", 0), ("rope.full.sin_cache",
+                             "full", 1)):  # fmt: skip
+        source = _rope_source("gemma4-tiny", name)
+        head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
+        assert source.rope == spec.rope[kind] and source.head_dim == head_dim
+        whole = spec.rope[kind].cos_sin(head_dim, 300)[part]
+        rows = np.concatenate([source.rows(b, min(300, b + 7)) for b in range(0, 300, 7)])
         np.testing.assert_array_equal(rows, whole)
 
 
@@ -114,9 +124,10 @@ def test_rotated_rope_columns_padded_are_the_whole_cache():
     spec = load_preset("gemma4-e2b")
     rotated = spec.rope["full"].rotated_pairs(512)
     assert rotated == 64
-    for name, fill in (("rope.full.cos_cache", 1.0), ("rope.full.sin_cache", 0.0)):
-        whole = rope_cache(spec, name, 300)
-        rows = rope_cache_rows(spec, name, 0, 300, cols=rotated)
+    for name, part, fill in (("rope.full.cos_cache", 0, 1.0), ("rope.full.sin_cache", 1, 0.0)):
+        source = _rope_source("gemma4-e2b", name, ep="webgpu", modalities=("text",))
+        whole = spec.rope["full"].cos_sin(512, 300)[part]
+        rows = source.rows(0, 300, cols=rotated)
         padded = np.pad(rows, ((0, 0), (0, whole.shape[1] - rotated)), constant_values=fill)
         np.testing.assert_array_equal(padded, whole)
 

@@ -35,9 +35,10 @@ from engine.graph.modules import (
     Param,
     RMSNorm,
 )
+from engine.logical import RopeTable
 from engine.models.gemma4.moe import MoeBlock
 from engine.options import ExportOptions
-from engine.spec import AttentionKind, LayerSpec, ModelSpec
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
 
 
 class Attention(Module):
@@ -243,14 +244,19 @@ class RopeCaches(Module):
     ) -> None:
         for kind in attention_kinds(spec):
             head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
-            cols = spec.rope[kind].rotated_pairs(head_dim) if rotated_only else head_dim // 2
-            setattr(self, kind, _CosSin(max_length, cols, dtype))
+            rope = spec.rope[kind]
+            cols = rope.rotated_pairs(head_dim) if rotated_only else head_dim // 2
+            setattr(self, kind, _CosSin(rope, head_dim, max_length, cols, dtype))
 
 
 class _CosSin(Module):
-    def __init__(self, rows: int, cols: int, dtype: str | None) -> None:
-        self.cos_cache = Param((rows, cols), "rope_cache", computed=True, dtype=dtype)
-        self.sin_cache = Param((rows, cols), "rope_cache", computed=True, dtype=dtype)
+    def __init__(
+        self, rope: RopeSpec, head_dim: int, rows: int, cols: int, dtype: str | None
+    ) -> None:
+        shape = (rows, cols)
+        cos, sin = (RopeTable(rope, head_dim, part) for part in ("cos", "sin"))
+        self.cos_cache = Param(shape, "rope_cache", computed=cos, dtype=dtype)
+        self.sin_cache = Param(shape, "rope_cache", computed=sin, dtype=dtype)
 
 
 def attention_kinds(spec: ModelSpec) -> list[AttentionKind]:
