@@ -87,10 +87,18 @@ class LayerSpec:
     """Values are the keys before their norms (``attention_k_eq_v`` on full layers)."""
     moe: MoeSpec | None = None
     """The layer's mixture-of-experts block, or None for a dense layer."""
+    query_scale: float | None = None
+    """The factor on ``q . k`` before the softmax; None for the usual ``head_dim ** -0.5``
+    (Gemma 4 uses 1.0: its q and k are RMS-normed)."""
 
     @property
     def owns_kv(self) -> bool:
         return self.kv_source == self.index
+
+    @property
+    def attention_scale(self) -> float:
+        """The factor attention applies to ``q . k``."""
+        return self.head_dim**-0.5 if self.query_scale is None else self.query_scale
 
 
 @dataclass(frozen=True)

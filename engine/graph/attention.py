@@ -21,6 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from engine.errors import OptionsError, option
+from engine.graph.components import scaled
 from engine.graph.context import BuildContext
 from engine.options import ExportOptions
 from engine.spec import AttentionKind, LayerSpec, ModelSpec
@@ -236,10 +237,11 @@ def _explicit(
     op = ctx.op
     heads, kv_heads, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
     q = op.Reshape(op.Transpose(query, perm=[0, 2, 1, 3]), ctx.ints([0, kv_heads, -1, dim]))
-    scores = op.MatMul(q, op.Transpose(keys, perm=[0, 1, 3, 2]))  # Gemma 4's scale is 1.0
+    scores = op.MatMul(q, op.Transpose(keys, perm=[0, 1, 3, 2]))
     scores = op.Reshape(scores, ctx.ints([0, heads, -1, 0]))  # [B, N, S, T]
     if ctx.dtype != F32:
         scores = op.Cast(scores, to=F32)
+    scores = scaled(ctx, scores, layer.attention_scale, F32)
     probs = op.Softmax(op.Add(scores, bias), axis=-1)
     if ctx.dtype != F32:
         probs = op.Cast(probs, to=ctx.dtype)
@@ -285,7 +287,7 @@ def _gqa_node(
         query, key, value, past_key, past_value, inputs.seqlens_k, inputs.total_length, cos, sin,
         num_heads=ctx.spec.num_attention_heads,
         kv_num_heads=layer.num_kv_heads,
-        scale=1.0,
+        scale=layer.attention_scale,
         do_rotary=1,
         rotary_interleaved=0,
         local_window_size=window,

@@ -219,10 +219,30 @@ def gelu_tanh(ctx: BuildContext, x: ir.Value) -> ir.Value:
     return ctx.op.Gelu(x, approximate="tanh")
 
 
-def gelu(ctx: BuildContext, x: ir.Value, activation: str) -> ir.Value:
-    if activation == "gelu":
+ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "gelu_tanh", "silu", "swish", "relu")
+"""Hugging Face ``hidden_act`` names :func:`activation` lowers (transformers' ACT2FN)."""
+
+
+def activation(ctx: BuildContext, x: ir.Value, name: str) -> ir.Value:
+    """The MLP activation a config names: exact or tanh GELU, SiLU (``x * sigmoid(x)``),
+    ReLU. A family's config reader refuses other names first."""
+    if name == "gelu":
         return ctx.op.Gelu(x)
-    return gelu_tanh(ctx, x)
+    if name in ("gelu_pytorch_tanh", "gelu_tanh"):
+        return gelu_tanh(ctx, x)
+    if name in ("silu", "swish"):
+        return ctx.op.Mul(x, ctx.op.Sigmoid(x))
+    if name == "relu":
+        return ctx.op.Relu(x)
+    raise ValueError(f"activation '{name}' has no lowering (known: {', '.join(ACTIVATIONS)})")
+
+
+def scaled(ctx: BuildContext, scores: ir.Value, scale: float, dtype: ir.DataType) -> ir.Value:
+    """Attention scores times the layer's scale, as a ``dtype`` constant; no node where the
+    scale is 1 (Gemma 4's)."""
+    if scale == 1.0:
+        return scores
+    return ctx.op.Mul(scores, ctx.const(np.array(scale, dtype=dtype.numpy())))
 
 
 def softcap(ctx: BuildContext, x: ir.Value, cap: float) -> ir.Value:

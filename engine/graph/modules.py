@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import onnx_ir as ir
 
-from engine.graph.components import embedding, gelu, linear, rms_norm
+from engine.graph.components import activation, embedding, linear, rms_norm
 from engine.graph.context import BuildContext
 from engine.logical import LogicalWeight, Role, RopeTable
 
@@ -298,4 +298,4 @@ class GatedMLP(Module):
             gate, up = ctx.op.Split(both, axis=-1, num_outputs=2, _outputs=2)
         else:
             gate, up = self.gate_proj(ctx, x), self.up_proj(ctx, x)
-        return self.down_proj(ctx, ctx.op.Mul(gelu(ctx, gate, self.activation), up))
+        return self.down_proj(ctx, ctx.op.Mul(activation(ctx, gate, self.activation), up))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from engine.graph.components import scaled
 from engine.graph.context import BuildContext
 from engine.spec import AttentionKind, LayerSpec
 
@@ -294,14 +295,22 @@ def attend(
     if kv == 1:
         bias = _bias(ctx, inputs, layer.attention, key_positions, 2)
         rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
-        probs = op.Softmax(op.Gemm(rows, keys, bias, transB=1), axis=-1)
+        scale = layer.attention_scale
+        # alpha is Gemm's own factor on A @ B^T (before the bias): the scale costs no node.
+        scores = (
+            op.Gemm(rows, keys, bias, transB=1)
+            if scale == 1.0
+            else op.Gemm(rows, keys, bias, transB=1, alpha=scale)
+        )
+        probs = op.Softmax(scores, axis=-1)
         out = op.MatMul(probs, values)
         out = op.Reshape(out, ctx.ints([1, -1, n * dim]))
     else:
         shape = [0, 0, kv, n // kv, dim]
         bias = _bias(ctx, inputs, layer.attention, key_positions, len(shape))
         grouped = op.Reshape(query, ctx.ints(shape))
-        scores = op.Einsum(grouped, keys, equation="bskgd,bkld->bskgl")  # Gemma 4's scale 1.0
+        scores = op.Einsum(grouped, keys, equation="bskgd,bkld->bskgl")
+        scores = scaled(ctx, scores, layer.attention_scale, F32)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
     return out if ctx.dtype == F32 else op.Cast(out, to=ctx.dtype)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from engine.errors import SpecError
+from engine.graph.components import activation
 from engine.graph.context import BuildContext
 from engine.graph.conv import Conv, LayerNorm
 from engine.graph.modules import ClippableLinear, Linear, Module, RMSNorm
@@ -43,10 +44,6 @@ def _clip_bound(ctx: BuildContext, audio: AudioSpec) -> float:
 
 def _clamp(ctx: BuildContext, x: ir.Value, bound: float) -> ir.Value:
     return ctx.op.Clip(x, ctx.scalar(-bound), ctx.scalar(bound))
-
-
-def _silu(ctx: BuildContext, x: ir.Value) -> ir.Value:
-    return ctx.op.Mul(x, ctx.op.Sigmoid(x))
 
 
 # ------------------------------------------------------------------ subsampling
@@ -104,7 +101,7 @@ class FeedForward(Module):
     def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
         bound = _clip_bound(ctx, self._audio)
         out = self.pre_layer_norm(ctx, _clamp(ctx, x, bound))
-        out = self.ffw_layer_2(ctx, _silu(ctx, self.ffw_layer_1(ctx, out)))
+        out = self.ffw_layer_2(ctx, activation(ctx, self.ffw_layer_1(ctx, out), "silu"))
         out = self.post_layer_norm(ctx, _clamp(ctx, out, bound))
         return ctx.op.Add(ctx.op.Mul(out, ctx.scalar(self._audio.residual_weight)), x)
 
@@ -128,7 +125,7 @@ class LightConv1d(Module):
         out = op.Mul(value, op.Sigmoid(gate))
         out = self.depthwise_conv1d(ctx, op.Transpose(out, perm=[0, 2, 1]))
         out = _clamp(ctx, op.Transpose(out, perm=[0, 2, 1]), _clip_bound(ctx, self._audio))
-        out = self.linear_end(ctx, _silu(ctx, self.conv_norm(ctx, out)))
+        out = self.linear_end(ctx, activation(ctx, self.conv_norm(ctx, out), "silu"))
         return op.Add(out, x)
 
 

@@ -303,6 +303,7 @@ def read_spec(
                 kv_source=sources[index],
                 k_eq_v=k_eq_v and kind == "full",
                 moe=moe,
+                query_scale=1.0,  # q and k are RMS-normed: no 1 / sqrt(head_dim)
             )
         )
     for layer in layers:

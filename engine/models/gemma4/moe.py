@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from engine.graph.components import gelu, linear
+from engine.graph.components import activation, linear
 from engine.graph.context import BuildContext
 from engine.graph.modules import Module, Param, RMSNorm
 from engine.spec import LayerSpec, ModelSpec, MoeSpec
@@ -106,7 +106,7 @@ class Experts(Module):
         gate_up = selected_matmul(ctx, self.gate_up_proj.name, index, column, axis=3)
         gate_up = op.Reshape(gate_up, ctx.ints([0, 0, 0, 2 * width]))
         gate, up = op.Split(gate_up, axis=-1, num_outputs=2, _outputs=2)
-        act = op.Mul(gelu(ctx, gate, self._activation), up)
+        act = op.Mul(activation(ctx, gate, self._activation), up)
         act = op.Reshape(act, ctx.ints([0, 0, 0, width, 1]))
         out = selected_matmul(ctx, self.down_proj.name, index, act, axis=3)
         out = _float32(ctx, op.Reshape(out, ctx.ints([0, 0, 0, hidden])))
@@ -133,7 +133,7 @@ class Experts(Module):
         tokens = op.Transpose(op.Reshape(x, ctx.ints([-1, hidden])), perm=[1, 0])  # [H, T]
         gate_up = selected_matmul(ctx, self.gate_up_proj.name, experts, tokens, axis=1)
         gate, up = op.Split(gate_up, axis=1, num_outputs=2, _outputs=2)  # [U, I, T] each
-        act = op.Mul(gelu(ctx, gate, self._activation), up)
+        act = op.Mul(activation(ctx, gate, self._activation), up)
         out = _float32(ctx, selected_matmul(ctx, self.down_proj.name, experts, act, axis=1))
         # [U, H, T] weighed by the routing [U, 1, T]; experts a token did not pick give 0
         # (masked, so an overflow there cannot turn 0 * inf into NaN).

@@ -15,9 +15,9 @@ import onnx_ir as ir
 from engine.graph import attention as attn
 from engine.graph import static_attention as sattn
 from engine.graph.components import (
+    activation,
     embedding,
     gather_rows,
-    gelu,
     lm_head,
     scale_rows,
     skip_rms_norm,
@@ -166,7 +166,9 @@ class DecoderLayer(Module):
             ffn = self.moe(ctx, ffn, hidden)
         hidden = op.Add(hidden, self.post_feedforward_layernorm(ctx, ffn))
         if per_layer_input is not None:
-            gate = gelu(ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation)
+            gate = activation(
+                ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation
+            )
             gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))
             hidden = op.Add(hidden, self.post_per_layer_input_norm(ctx, gated))
         return op.Mul(hidden, ctx.param(self.layer_scalar.name))

@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from engine.errors import SpecError
 from engine.graph import axial_rope
-from engine.graph.components import gelu
+from engine.graph.components import activation
 from engine.graph.context import BuildContext
 from engine.graph.modules import ClippableLinear, Linear, Module, Param, RMSNorm
 from engine.spec import ModelSpec, VisionSpec
@@ -107,7 +107,7 @@ class VisionMLP(Module):
         self.down_proj = ClippableLinear(inter, h, clipped=clipped)
 
     def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
-        gate = gelu(ctx, self.gate_proj(ctx, x), self._activation)
+        gate = activation(ctx, self.gate_proj(ctx, x), self._activation)
         return self.down_proj(ctx, ctx.op.Mul(gate, self.up_proj(ctx, x)))
 
 
