@@ -51,7 +51,9 @@ class RopeTable:
         keeps just the rotated ones)."""
         inv = self.rope.inv_freq(self.head_dim).astype(np.float32)[:cols]
         angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
-        return (np.cos(angles) if self.part == "cos" else np.sin(angles)).astype(np.float32)
+        table = (np.cos(angles) if self.part == "cos" else np.sin(angles)).astype(np.float32)
+        scale = self.rope.attention_scaling
+        return table if scale == 1.0 else (table * np.float32(scale)).astype(np.float32)
 
 
 @dataclass(frozen=True)

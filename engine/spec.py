@@ -5,6 +5,7 @@ dataclasses. Each model family reads them from Hugging Face ``config.json`` file
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -14,35 +15,101 @@ import numpy as np
 AttentionKind = Literal["sliding", "full"]
 
 
+RopeKind = Literal["default", "proportional", "linear", "llama3", "yarn"]
+ROPE_KINDS: tuple[RopeKind, ...] = ("default", "proportional", "linear", "llama3", "yarn")
+
+
 @dataclass(frozen=True)
 class RopeSpec:
-    """Rotary embedding of one attention kind.
+    """Rotary embedding of one attention kind, as transformers' ``rope_parameters`` say.
 
-    ``proportional`` rotates only the first ``partial_rotary_factor * head_dim / 2``
-    frequency pairs of a ``rotate_half`` layout and leaves the rest with frequency 0,
-    which keeps the cos/sin caches full-width (head_dim / 2).
+    ``proportional`` (Gemma 4's full layers) rotates only the first
+    ``partial_rotary_factor * head_dim / 2`` frequency pairs of a ``rotate_half`` layout and
+    leaves the rest with frequency 0, which keeps the cos/sin caches full-width
+    (head_dim / 2). ``linear`` divides every frequency by ``factor``; ``llama3`` divides
+    the low frequencies by it and blends the middle band (``low_freq_factor``,
+    ``high_freq_factor`` over ``original_max_position_embeddings``); ``yarn`` blends
+    interpolated and extrapolated frequencies over a ramp (``beta_fast``, ``beta_slow``)
+    and scales cos and sin by :attr:`attention_scaling`.
     """
 
-    kind: Literal["default", "proportional"]
+    kind: RopeKind
     theta: float
     partial_rotary_factor: float = 1.0
     factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float | None = None
+    """yarn's factor on cos and sin; None = transformers' default from ``factor``."""
 
     def inv_freq(self, head_dim: int) -> np.ndarray:
         """Inverse frequencies, float64, of length head_dim / 2, as transformers computes them."""
-        if self.kind == "default":
-            exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
-            return 1.0 / (self.theta**exponents)
-        rope_angles = int(self.partial_rotary_factor * head_dim // 2)
-        exponents = np.arange(0, 2 * rope_angles, 2, dtype=np.float64) / head_dim
-        rotated = 1.0 / (self.theta**exponents)
-        zeros = np.zeros(head_dim // 2 - rope_angles, dtype=np.float64)
-        return np.concatenate([rotated, zeros]) / self.factor
+        if self.kind == "proportional":
+            rope_angles = int(self.partial_rotary_factor * head_dim // 2)
+            exponents = np.arange(0, 2 * rope_angles, 2, dtype=np.float64) / head_dim
+            rotated = 1.0 / (self.theta**exponents)
+            zeros = np.zeros(head_dim // 2 - rope_angles, dtype=np.float64)
+            return np.concatenate([rotated, zeros]) / self.factor
+        exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+        inv = 1.0 / (self.theta**exponents)
+        if self.kind == "linear":
+            return inv / self.factor
+        if self.kind == "llama3":
+            return self._llama3(inv)
+        if self.kind == "yarn":
+            return self._yarn(inv, head_dim)
+        return inv
+
+    def _original_length(self) -> int:
+        if self.original_max_position_embeddings is None:
+            raise ValueError(f"{self.kind} RoPE needs original_max_position_embeddings")
+        return self.original_max_position_embeddings
+
+    def _llama3(self, inv: np.ndarray) -> np.ndarray:
+        old = self._original_length()
+        wavelen = 2 * math.pi / inv
+        low_wavelen, high_wavelen = old / self.low_freq_factor, old / self.high_freq_factor
+        scaled = np.where(wavelen > low_wavelen, inv / self.factor, inv)
+        smooth = (old / wavelen - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, smoothed, scaled)
+
+    def _yarn(self, inv: np.ndarray, dim: int) -> np.ndarray:
+        old = self._original_length()
+
+        def correction_dim(rotations: float) -> float:
+            return (dim * math.log(old / (rotations * 2 * math.pi))) / (2 * math.log(self.theta))
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # as transformers: no division by zero
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extrapolated = 1 - ramp
+        return (inv / self.factor) * (1 - extrapolated) + inv * extrapolated
+
+    @property
+    def attention_scaling(self) -> float:
+        """The factor on cos and sin (yarn's ``attention_factor``; 1 for the other kinds)."""
+        if self.kind != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
 
     def rotated_pairs(self, head_dim: int) -> int:
         """Frequency pairs that rotate (the leading ones); the rest have frequency 0, so
         their cos is 1 and their sin 0 at every position."""
-        if self.kind == "default":
+        if self.kind != "proportional":
             return head_dim // 2
         return int(self.partial_rotary_factor * head_dim // 2)
 
@@ -55,7 +122,12 @@ class RopeSpec:
         inv = self.inv_freq(head_dim).astype(np.float32)
         positions = np.arange(max_positions, dtype=np.float32)[:, None]
         angles = positions * inv[None, :]
-        return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        return self._scaled(np.cos(angles)), self._scaled(np.sin(angles))
+
+    def _scaled(self, table: np.ndarray) -> np.ndarray:
+        scale = self.attention_scaling
+        table = table.astype(np.float32)
+        return table if scale == 1.0 else (table * np.float32(scale)).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,43 @@ def test_the_mlp_activation_the_spec_names_matches_transformers(
 
     _export_changed(monkeypatch, model_dir, out, with_activation, ep="cpu")
     _assert_same_as_transformers(model, out)
+
+
+SCALED_ROPES = {
+    "llama3": {"rope_type": "llama3", "rope_theta": 10_000.0, "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16},
+    "yarn": {"rope_type": "yarn", "rope_theta": 10_000.0, "factor": 4.0,
+             "original_max_position_embeddings": 16},
+    "linear": {"rope_type": "linear", "rope_theta": 10_000.0, "factor": 2.0},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("ep", ["cpu", "webgpu"])
+@pytest.mark.parametrize("rope", sorted(SCALED_ROPES))
+def test_scaled_rope_matches_transformers(tmp_path: Path, rope: str, ep: str):
+    """llama3, yarn (cos and sin scaled by its attention factor) and linear RoPE on the
+    sliding layers (yarn on the full ones too), against transformers' Gemma 4 with the same
+    ``rope_parameters``; the WebGPU lowering runs on the CPU EP."""
+    import warnings
+
+    from tests._support.tiny_gemma import make_checkpoint
+
+    sliding = SCALED_ROPES[rope]
+    full = (
+        sliding
+        if rope == "yarn"
+        else {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
+    )
+    with warnings.catch_warnings():  # yarn's factor is not max / original here, on purpose
+        warnings.simplefilter("ignore")
+        model = make_checkpoint(
+            tmp_path / "model",
+            rope_parameters={"sliding_attention": sliding, "full_attention": full},
+        )
+    out = tmp_path / "pkg"
+    result = pipeline.export(
+        out, model_dir=tmp_path / "model", options=ExportOptions(ep=ep, dtype="fp32")
+    )
+    assert result.plan.spec.rope["sliding"].kind == rope
+    _assert_same_as_transformers(model, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 from engine.errors import SpecError
@@ -94,7 +95,18 @@ def test_multimodal_config_reads_nested_text_config():
         ({"enable_moe_block": True}, "Mixture-of-Experts"),
         ({"num_kv_shared_layers": 6}, "no KV producer"),
         ({"num_key_value_heads": 3}, "does not divide"),
-        ({"rope_parameters": {"sliding_attention": {"rope_type": "yarn"}}}, "rope_type 'yarn'"),
+        (
+            {"rope_parameters": {"sliding_attention": {"rope_type": "longrope"}}},
+            r"rope_type 'longrope' is not supported \(it switches between two frequency sets",
+        ),
+        (
+            {"rope_parameters": {"sliding_attention": {"rope_type": "yarn"}}},
+            "required field 'original_max_position_embeddings' is missing",
+        ),
+        (
+            {"rope_parameters": {"sliding_attention": {"partial_rotary_factor": 0.5}}},
+            "rotating part of each head is not exported yet with default RoPE",
+        ),
         # Each of these was a traceback (issue 13).
         ({"num_key_value_heads": 0}, "'num_key_value_heads' must be at least 1, got 0"),
         (
@@ -200,3 +212,37 @@ def test_configs_are_read_by_the_family_their_model_type_names(monkeypatch, tmp_
         spec_from_config({"model_type": "llama"}, origin="cfg")
     with pytest.raises(SpecError, match="'model_type' must be text, got 7"):
         spec_from_config({"model_type": 7}, origin="cfg")
+
+
+ROPES = {
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn_no_truncate": {"rope_type": "yarn", "factor": 16.0, "beta_fast": 16.0,
+                         "truncate": False, "original_max_position_embeddings": 32},
+    "yarn_attention_factor": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.3,
+                              "original_max_position_embeddings": 64},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ROPES))
+def test_rope_scaling_is_the_frequencies_transformers_computes(name: str):
+    """Each rope type's inverse frequencies and cos/sin factor against transformers' own
+    ``ROPE_INIT_FUNCTIONS`` (a Llama config carries the parameters)."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from engine.models.rope_config import read_rope
+    from engine.spec import ROPE_KINDS, RopeSpec
+
+    params = {"rope_theta": 50_000.0, **ROPES[name]}
+    head_dim = 64
+    config = LlamaConfig(hidden_size=512, num_attention_heads=8, max_position_embeddings=256,
+                         rope_parameters=dict(params))  # fmt: skip
+    inv, attention_factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu")
+    rope = read_rope(params, "cfg", RopeSpec("default", 10_000.0), ROPE_KINDS)
+    np.testing.assert_allclose(rope.inv_freq(head_dim), inv.double().numpy(), rtol=2e-6)
+    assert rope.attention_scaling == pytest.approx(attention_factor, rel=1e-6)
+    default = RopeSpec("default", 50_000.0).inv_freq(head_dim)
+    assert not np.allclose(rope.inv_freq(head_dim), default)  # the scaling really applies

@@ -15,10 +15,22 @@ from typing import Any
 from engine.config_fields import MAX_LAYERS, ConfigFields
 from engine.errors import SpecError
 from engine.models.gemma4.tower_config import audio_spec, multimodal_tokens, vision_spec
-from engine.spec import AttentionKind, LayerSpec, ModelSpec, MoeSpec, RopeSpec
+from engine.models.rope_config import read_rope
+from engine.spec import (
+    ROPE_KINDS,
+    AttentionKind,
+    LayerSpec,
+    ModelSpec,
+    MoeSpec,
+    RopeKind,
+    RopeSpec,
+)
 
 MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
+ROPE_TYPES: tuple[RopeKind, ...] = ROPE_KINDS
+"""Gemma 4's checkpoints use default and proportional RoPE; its graphs take every kind the
+spec describes (the caches are computed from the spec), as transformers' Gemma 4 does."""
 _LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
     "sliding_attention": "sliding",
     "full_attention": "full",
@@ -44,25 +56,8 @@ def _rope_specs(text: ConfigFields) -> dict[AttentionKind, RopeSpec]:
             raise SpecError(
                 f"{text.origin}: rope_parameters['{layer_type}'] must be an object, got {entry!r}"
             )
-        fields = ConfigFields(entry, f"{text.origin} rope_parameters['{layer_type}']")
-        rope_type = fields.optional("rope_type", "default", str)
-        if rope_type not in ("default", "proportional"):
-            raise SpecError(
-                f"{text.origin}: rope_type '{rope_type}' of {layer_type} is not supported "
-                "(supported: default, proportional)"
-            )
-        theta = fields.optional("rope_theta", defaults[kind].theta, float)
-        partial = fields.optional("partial_rotary_factor", 1.0, float)
-        factor = fields.optional("factor", 1.0, float)
-        if theta <= 0:
-            raise fields.error("rope_theta", f"must be positive, got {theta}")
-        if not 0 < partial <= 1:
-            raise fields.error("partial_rotary_factor", f"must be in (0, 1], got {partial}")
-        if factor <= 0:
-            raise fields.error("factor", f"must be positive, got {factor}")
-        specs[kind] = RopeSpec(
-            kind=rope_type, theta=theta, partial_rotary_factor=partial, factor=factor
-        )
+        origin = f"{text.origin} rope_parameters['{layer_type}']"
+        specs[kind] = read_rope(entry, origin, defaults[kind], ROPE_TYPES)
     return specs
 
 
