@@ -39,6 +39,9 @@ class Control:
         for text, data in self.choices:
             if data == value or str(data) == str(value):
                 return text
+            # A list option as the command line writes it: --modalities text,vision
+            if isinstance(data, tuple) and ",".join(map(str, data)) == str(value):
+                return text
         return None
 
 
@@ -185,6 +188,13 @@ CONTROLS: dict[str, Control] = {
     ),
     "prompt_len": Control("&Prompt tokens", "Length of the seeded random prompt."),
     "new_tokens": Control("&New tokens", "Tokens generated per timed run (at least 2)."),
+    "repeats": Control("Repeats", "Timed runs; decode tok/s is their median, with min and max."),
+    "warmup": Control("Warm-up runs", "Untimed runs before the timed ones."),
+    "threads": Control("Threads", "onnxruntime's intra-op threads (default: the runtime's)."),
+    "image": Control("Images", "Images sent with the prompt (PNG, JPEG, GIF or BMP)."),
+    "audio": Control("Audio", "An audio clip sent with the prompt (WAV, FLAC or MP3)."),
+    "steps": Control("Steps", "Generated positions Verify compares with transformers."),
+    "top": Control("Largest tensors", "How many of the largest tensors the plan lists."),
     # The command line's audit only (the studio's audit never measures placement).
     "runtime_python": Control(
         "Runtime Python", "The interpreter of the environment that has the EP's onnxruntime."

@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands._args import add_build_options, add_model_args, options_from_args, print_json
+from engine.commands._args import (
+    add_build_options,
+    add_model_args,
+    count,
+    options_from_args,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("plan", help="preview sizes and buffer splits, no weights needed")
     add_model_args(parser)
     add_build_options(parser)
-    parser.add_argument("--top", type=int, default=12, help="largest tensors to list")
+    parser.add_argument(
+        "--top",
+        type=count,
+        default=12,
+        help="largest tensors to list per session (default 12; more than there are lists all)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.errors import OptionsError, render_message
+    from engine.errors import OptionsError, option, render_message
     from engine.pipeline import load_model_spec
     from engine.plan import plan
     from engine.plan_report import render_plan
@@ -27,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
         plan_notes,
     )
 
+    if args.top < 1:  # checked before the model is read: nothing else depends on it
+        raise OptionsError(
+            f"{option('top')} must be 1 or more (the largest tensors to list), got {args.top}"
+        )
     result = plan(load_model_spec(args.model, args.preset), options_from_args(args))
     check_keep_float(result)
     notes = [render_message(note) for note in plan_notes(result)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands._args import print_json, progress_bar
+from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError
 
 
@@ -19,9 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="the Hugging Face checkpoint the package was exported from",
     )
-    parser.add_argument("--steps", type=int, default=16, help="generated positions (default 16)")
-    parser.add_argument("--prompt-len", type=int, default=12, help="random prompt length")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    parser.add_argument(
+        "--steps",
+        type=count,
+        default=16,
+        help="generated positions (default 16; prompt + steps must fit the package)",
+    )
+    parser.add_argument("--prompt-len", type=count, default=12, help="random prompt length")
+    parser.add_argument("--seed", type=count, default=0, help="seed of the random prompt")
     parser.add_argument("--ep", default="cpu", help="EP to run the package on (default cpu)")
     parser.add_argument(
         "--image", action="append", default=[], metavar="PATH", help="an image (repeatable)"

@@ -14,5 +14,10 @@ so they also run in a WebGPU environment where onnxruntime-webgpu replaces onnxr
 - :mod:`engine.runtime.generation`: a generation's tokens and timings; comparisons.
 - :mod:`engine.runtime.bench` and :mod:`engine.runtime.bench_record`: benchmarks as
   typed records.
-- :mod:`engine.runtime.verify`: a package against transformers on its checkpoint.
+- :mod:`engine.runtime.verify`: a package against transformers on its checkpoint
+  (:mod:`engine.runtime.verify_media` with images / audio).
+- :mod:`engine.runtime.limits`: lengths and counts a run may ask for, checked up front.
+- :mod:`engine.runtime.media`: prompts with images / audio; :mod:`engine.runtime.media_files`
+  reads the files' headers and :mod:`engine.runtime.media_fit` checks them against the
+  package's processors and encoders before anything loads.
 """

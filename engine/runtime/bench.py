@@ -28,9 +28,18 @@ from engine.runtime.bench_record import (
     RuntimeName,
 )
 from engine.runtime.generation import Agreement, Generation, compare
+from engine.runtime.limits import (
+    DEFAULT_NEW_TOKENS,
+    DEFAULT_PROMPT_LENGTH,
+    check_lengths,
+    fit_lengths,
+    sequence_limit,
+)
 from engine.runtime.package import Package, open_package
 
 __all__ = [
+    "DEFAULT_NEW_TOKENS",
+    "DEFAULT_PROMPT_LENGTH",
     "BenchConfig",
     "BenchResult",
     "BenchSession",
@@ -44,64 +53,20 @@ __all__ = [
     "fit_lengths",
     "interleave",
     "run_bench",
+    "sequence_limit",
     "validate_capture",
 ]
 
 
-DEFAULT_PROMPT_LENGTH = 128
-DEFAULT_NEW_TOKENS = 64
-
-
-def sequence_limit(package: Package) -> int:
-    """The longest prompt + generation the package can run (0 when it does not say):
-    its RoPE caches (context_length) and its preallocated KV buffer (search.max_length)."""
-    limits = [n for n in (package.context_length, package.max_length) if n > 0]
-    return min(limits) if limits else 0
-
-
-def fit_lengths(
-    package: Package, prompt_length: int | None = None, new_tokens: int | None = None
-) -> tuple[int, int]:
-    """Prompt and generated lengths for a benchmark of ``package``.
-
-    Lengths left ``None`` take the defaults (128 + 64), shrunk to fit the package; given
-    ones are kept, and refused up front, with the numbers, when they do not fit.
-
-    Raises:
-        OptionsError: The lengths do not fit the package.
-    """
-    from engine.errors import OptionsError, option
-
-    limit = sequence_limit(package)
-    if limit and limit < 3:
-        raise OptionsError(
-            f"'{package.path}' supports sequences of {limit} token(s) only; a benchmark needs "
-            "at least 3 (a prompt token and 2 new ones). Rebuild it with a longer "
-            f"{option('max_length')}"
-        )
-    new = new_tokens
-    prompt = prompt_length
-    if limit:
-        if new is None:
-            room = limit - (prompt if prompt is not None else 1)
-            new = max(2, min(DEFAULT_NEW_TOKENS, room, limit // 3))
-        if prompt is None:
-            prompt = max(1, min(DEFAULT_PROMPT_LENGTH, limit - new))
-    prompt = DEFAULT_PROMPT_LENGTH if prompt is None else prompt
-    new = DEFAULT_NEW_TOKENS if new is None else new
-    if limit and prompt + new > limit:
-        raise OptionsError(
-            f"a prompt of {prompt} plus {new} new tokens is {prompt + new} tokens, more than "
-            f"the {limit} this package supports; choose a shorter {option('prompt_len')} / "
-            f"{option('new_tokens')} (for example {max(1, limit - min(new, limit // 3))} + "
-            f"{min(new, limit // 3)}), or rebuild it with a longer {option('max_length')}"
-        )
-    return prompt, new
-
-
 def check_fits(package: Package, config: BenchConfig) -> None:
-    """Refuse a benchmark longer than the package supports, before loading anything."""
-    fit_lengths(package, config.prompt_length, config.new_tokens)
+    """Refuse a benchmark longer than the package supports, or media its processors
+    cannot take, before loading anything."""
+    if config.media is None:
+        fit_lengths(package, config.prompt_length, config.new_tokens)
+        return
+    # genai's processor makes the prompt (its length is checked once it is processed)
+    check_lengths(package, 1, config.new_tokens, least_new=2)
+    config.media.check(package)
 
 
 def bench_prompt(vocab_size: int, length: int, seed: int = 0) -> list[int]:

@@ -7,6 +7,13 @@ from typing import Any, Literal
 
 from engine.errors import OptionsError, option
 from engine.runtime.generation import Agreement, Generation
+from engine.runtime.limits import (
+    MAX_REPEATS,
+    MAX_TOKENS,
+    check_range,
+    check_seed,
+    check_threads,
+)
 from engine.runtime.media import MediaPrompt
 from engine.runtime.runner import KvMode
 
@@ -38,16 +45,14 @@ class BenchConfig:
                 f"prompts with images or audio run through onnxruntime-genai; "
                 f"use {option('runtime', 'genai')}"
             )
-        for label, value, least in (
-            ("prompt length", self.prompt_length, 1),
-            ("new tokens", self.new_tokens, 2),
-            ("repeats", self.repeats, 1),
-            ("warm-up runs", self.warmup, 0),
-            ("seed", self.seed, 0),
-            ("threads", 1 if self.threads is None else self.threads, 1),
-        ):
-            if value < least:
-                raise OptionsError(f"{label} must be at least {least}, got {value}")
+        # Lengths are checked against the package (engine.runtime.limits.check_lengths);
+        # here only what needs no package.
+        check_range(option("prompt_len"), self.prompt_length, 1, MAX_TOKENS)
+        check_range(option("new_tokens"), self.new_tokens, 2, MAX_TOKENS, "a decode rate needs 2")
+        check_range(option("repeats"), self.repeats, 1, MAX_REPEATS)
+        check_range(option("warmup"), self.warmup, 0, MAX_REPEATS)
+        check_seed(self.seed)
+        check_threads(self.threads)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from engine.errors import (
 )
 from engine.progress import CancelToken
 from engine.runtime.generation import Generation
-from engine.runtime.media import MediaPrompt
+from engine.runtime.limits import check_threads
+from engine.runtime.media import MediaPrompt, check_processed_length
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
-from engine.runtime.session import require_provider
+from engine.runtime.session import one_line, require_provider
+from engine.runtime.session_files import load_failure
 
 
 def import_genai() -> Any:
@@ -68,6 +70,7 @@ class GenaiRunner:
         graph_capture: bool | None = None,
         threads: int | None = None,
     ) -> None:
+        check_threads(threads)
         og = import_genai()
         self.package = package if isinstance(package, Package) else open_package(package)
         self.ep = ep or self.package.ep
@@ -86,7 +89,7 @@ class GenaiRunner:
         except RuntimeError as exc:
             raise PackageError(
                 f"onnxruntime-genai cannot read {self.package.path / 'genai_config.json'}: "
-                f"{exc}; fix the file or rebuild the package"
+                f"{one_line(exc)}; fix the file or rebuild the package"
             ) from exc
         if graph_capture:
             if caps.capture_option is None or provider is None:
@@ -110,9 +113,12 @@ class GenaiRunner:
         try:
             self.model = og.Model(config)
         except Exception as exc:  # genai raises RuntimeError for everything
+            short = load_failure(self.package.path, "a session", str(exc))
+            if short is not None:
+                raise short from exc
             raise RuntimeUnavailableError(
                 f"onnxruntime-genai could not load {self.package.path} on "
-                f"{get_caps(self.ep).display_name}: {exc}"
+                f"{get_caps(self.ep).display_name}: {one_line(exc)}"
             ) from exc
         self.load_seconds = time.perf_counter() - started
         self._og = og
@@ -164,7 +170,7 @@ class GenaiRunner:
         except Exception as exc:  # genai raises RuntimeError for everything
             raise RuntimeUnavailableError(
                 f"onnxruntime-genai failed running {self.package.path.name} on {self.provider}"
-                f"{' under graph capture' if self.graph_capture else ''}: {exc}"
+                f"{' under graph capture' if self.graph_capture else ''}: {one_line(exc)}"
             ) from exc
 
     def generate_media(
@@ -185,6 +191,9 @@ class GenaiRunner:
             started = time.perf_counter()
             inputs = media.process(og, self.model)
             prompt_length = int(MediaPrompt.array(inputs["input_ids"]).shape[-1])
+            check_processed_length(
+                self.package, media, prompt_length, new_tokens, option("new_tokens")
+            )
             params = og.GeneratorParams(self.model)
             total = prompt_length + new_tokens
             search: dict[str, Any] = {"max_length": total, "do_sample": False}
@@ -210,8 +219,8 @@ class GenaiRunner:
             raise
         except Exception as exc:  # genai raises RuntimeError for everything
             raise RuntimeUnavailableError(
-                f"onnxruntime-genai could not run the prompt with "
-                f"{media.describe()} on {self.package.path.name}: {exc}"
+                f"onnxruntime-genai could not run the prompt with {media.describe()} "
+                f"({media.files()}) on {self.package.path.name}: {one_line(exc)}"
             ) from exc
 
     def _loop(

@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.caps import get_caps
-from engine.errors import OptionsError
+from engine.errors import OptionsError, option
+from engine.runtime.limits import sequence_limit
+from engine.runtime.media_fit import check_media_fits
+from engine.runtime.session import one_line
 
 if TYPE_CHECKING:
     from engine.runtime.package import Package
@@ -64,8 +67,8 @@ class MediaPrompt:
         except Exception as exc:  # genai raises RuntimeError for everything
             files = ", ".join(str(p) for p in (*self.images, *self.audios))
             raise OptionsError(
-                f"onnxruntime-genai could not read {files}: {exc}; check that the files are "
-                "complete images (PNG / JPEG) and WAV audio"
+                f"onnxruntime-genai could not read {files}: {one_line(exc)}; check that the "
+                "files are complete images (PNG / JPEG) and WAV audio"
             ) from exc
 
     @staticmethod
@@ -80,13 +83,18 @@ class MediaPrompt:
         """One entry per file: ``image`` or ``audio``."""
         return ("image",) * len(self.images) + ("audio",) * len(self.audios)
 
+    def files(self) -> str:
+        """The files' names, comma-separated (for messages)."""
+        return ", ".join(p.name for p in (*self.images, *self.audios))
+
     def describe(self) -> str:
         parts = [f"{len(self.images)} image(s)"] if self.images else []
         parts += [f"{len(self.audios)} audio clip(s)"] if self.audios else []
         return " and ".join(parts) or "no media"
 
     def check(self, package: Package) -> None:
-        """The package has the sessions these files need."""
+        """The package has the sessions these files need, and its processors and encoders
+        can take the files (sizes and lengths from the files' headers)."""
         wanted = (["image"] if self.images else []) + (["audio"] if self.audios else [])
         missing = [kind for kind in wanted if kind not in package.media]
         if missing:
@@ -104,6 +112,7 @@ class MediaPrompt:
                 f"than {caps.genai_max_images} image(s) in one prompt; give one image per "
                 "prompt, or run the CPU package"
             )
+        check_media_fits(package, self.images, self.audios)
 
     def _check_files(self) -> None:
         for kind, paths, magic in (
@@ -120,3 +129,23 @@ class MediaPrompt:
                         f"'{path}' is not an {kind} file genai can read "
                         f"({'PNG, JPEG, GIF or BMP' if kind == 'image' else 'WAV, FLAC or MP3'})"
                     )
+
+
+def check_processed_length(
+    package: Package, media: MediaPrompt, prompt_length: int, new: int, new_option: str
+) -> None:
+    """The prompt genai's processor made of ``media`` plus ``new`` tokens (set by the
+    option ``new_option``, as option markup) fits the package; checked before the
+    first run.
+
+    Raises:
+        OptionsError: It does not fit, with the numbers.
+    """
+    limit = sequence_limit(package)
+    if limit and prompt_length + new > limit:
+        raise OptionsError(
+            f"the prompt with {media.describe()} is {prompt_length} tokens after genai's "
+            f"processor; with {new} new tokens that is {prompt_length + new}, more than the "
+            f"{limit} this package supports; choose a smaller {new_option}, fewer files, "
+            f"or rebuild the package with a longer {option('max_length')}"
+        )

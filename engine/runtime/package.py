@@ -1,8 +1,9 @@
 """A package folder opened for running: its genai_config read and its files checked.
 
 Opening fails early with a :class:`PackageError` that says what is wrong with the folder
-(not a package, unreadable genai_config, a session file or external-data file missing)
-instead of an onnxruntime error deep inside session creation.
+(not a package, unreadable genai_config, a session file or external-data file missing or
+truncated: :mod:`engine.runtime.session_files`) instead of an onnxruntime error deep
+inside session creation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from engine.caps import get_caps, list_eps
 from engine.errors import PackageError
+from engine.runtime.session_files import check_session_files
 
 GENAI_CONFIG = "genai_config.json"
 MANIFEST = "export_studio.json"
@@ -137,7 +139,7 @@ def open_package(path: str | os.PathLike[str]) -> Package:
     _check_config_types(config, where)
     if manifest is not None and not isinstance(manifest.get("options", {}), dict):
         raise PackageError(f"{folder / MANIFEST}: 'options' must be an object")
-    _check_session_files(folder, model)
+    check_session_files(folder, model, folder / GENAI_CONFIG)
     search = config.get("search") or {}
     context = _count(model, "context_length", where) or _count(search, "max_length", where)
     inputs = decoder.get("inputs") or {}
@@ -285,46 +287,6 @@ def _section(
             "this is not a decoder package genai can run"
         )
     return value
-
-
-def _check_session_files(folder: Path, model: Mapping[str, Any]) -> None:
-    """Every session file named in genai_config exists, with its external data."""
-    missing: list[str] = []
-    for key, section in model.items():
-        if not isinstance(section, dict) or not isinstance(section.get("filename"), str):
-            continue
-        onnx_file = folder / section["filename"]
-        if not onnx_file.is_file():
-            missing.append(f"{section['filename']} (model.{key}.filename)")
-            continue
-        missing += [
-            f"{name} (external data of {onnx_file.name})" for name in _missing_data(onnx_file)
-        ]
-    if missing:
-        raise PackageError(
-            f"{folder / GENAI_CONFIG} names files the folder does not have: "
-            f"{', '.join(missing)}; copy the whole package folder or rebuild it"
-        )
-
-
-def _missing_data(onnx_file: Path) -> list[str]:
-    """External-data files an .onnx file refers to that are not beside it."""
-    try:
-        import onnx
-    except ImportError:  # a runtime-only environment: onnxruntime will report it instead
-        return []
-    try:
-        proto = onnx.load(str(onnx_file), load_external_data=False)
-    except Exception as exc:  # any parse failure means a damaged file
-        raise PackageError(f"{onnx_file} is not a readable ONNX model: {exc}") from exc
-    locations = {
-        entry.value
-        for tensor in proto.graph.initializer
-        if tensor.data_location == onnx.TensorProto.EXTERNAL
-        for entry in tensor.external_data
-        if entry.key == "location"
-    }
-    return sorted(loc for loc in locations if not (onnx_file.parent / loc).is_file())
 
 
 def _package_ep(decoder: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> str:

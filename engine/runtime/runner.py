@@ -31,7 +31,13 @@ from engine.runtime.device_io import StaticTensors
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
-from engine.runtime.session import Placement, SessionHandle, create_session, read_placement
+from engine.runtime.session import (
+    Placement,
+    SessionHandle,
+    create_session,
+    one_line,
+    read_placement,
+)
 
 KvMode = Literal["auto", "shared", "growing"]
 _FLOATS = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -222,7 +228,7 @@ class Runner:
                 raise RuntimeUnavailableError(
                     f"{self.handle.provider} failed on {'the prompt' if i == 0 else f'step {i}'}"
                     f" of {self.package.path.name}"
-                    f"{' under graph capture' if self.graph_capture else ''}: {exc}"
+                    f"{' under graph capture' if self.graph_capture else ''}: {one_line(exc)}"
                 ) from exc
             fetched = time.perf_counter()
             top = int(np.argmax(logits))

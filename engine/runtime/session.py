@@ -9,6 +9,7 @@ session is profiled and :func:`read_placement` counts the nodes each provider ra
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import tempfile
@@ -22,8 +23,11 @@ from typing import Any
 
 from engine.caps import EpCapabilities, get_caps
 from engine.errors import OptionsError, RuntimeUnavailableError, option
+from engine.runtime.limits import check_threads
+from engine.runtime.session_files import load_failure
 
 CPU = "CPUExecutionProvider"
+_SESSIONS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,12 @@ _TRAITS: dict[str, ProviderTraits] = {
         install_hint="install onnxruntime with the TensorRT-RTX EP",
     ),
 }
+
+
+def one_line(exc: BaseException) -> str:
+    """A child library's error text on one line: onnxruntime's and genai's messages can
+    span several (C++ signatures, stack notes)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def traits(provider: str) -> ProviderTraits:
@@ -162,6 +172,7 @@ def create_session(
     """
     import onnxruntime as ort
 
+    check_threads(threads)
     caps = require_provider(ep)
     provider = caps.ort_provider
     trait = traits(provider)
@@ -178,7 +189,9 @@ def create_session(
         so.intra_op_num_threads = threads
     if profile_first_run:
         so.enable_profiling = True
-        so.profile_file_prefix = str(Path(tempfile.gettempdir()) / f"es-profile-{os.getpid()}")
+        # One prefix per session, so the file of a session that fails to load is known.
+        profile_prefix = Path(tempfile.gettempdir()) / f"es-profile-{os.getpid()}-{next(_SESSIONS)}"
+        so.profile_file_prefix = str(profile_prefix)
     providers: list[Any] = [provider]
     if trait.options_as_config_prefix is not None:
         for key, value in options.items():
@@ -191,7 +204,14 @@ def create_session(
     try:
         session = ort.InferenceSession(str(model_file), so, providers=providers)
     except Exception as exc:  # onnxruntime raises several unrelated types
-        message = str(exc)
+        if profile_first_run:  # onnxruntime writes an empty profile for a failed load
+            for leftover in profile_prefix.parent.glob(f"{profile_prefix.name}_*.json"):
+                leftover.unlink(missing_ok=True)
+        model_path = Path(model_file)
+        short = load_failure(model_path.parent, model_path.name, str(exc))
+        if short is not None:
+            raise short from exc
+        message = one_line(exc)
         hint = (
             "; the graph has nodes this EP cannot run, so capture is refused: "
             f"benchmark with {option('graph_capture', 'off')} or rebuild for capture"

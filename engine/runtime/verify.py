@@ -18,10 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import OptionsError, PackageError, RuntimeUnavailableError
+from engine.errors import OptionsError, PackageError, RuntimeUnavailableError, option
 from engine.progress import CancelToken, Progress, no_progress
 from engine.runtime.bench import bench_prompt
+from engine.runtime.limits import check_lengths, check_seed
 from engine.runtime.package import Package, open_package
+from engine.runtime.session import one_line, require_provider
+
+NO_TRANSFORMERS = (
+    'verify needs torch and transformers: pip install "export-studio[studio]" (it pins '
+    "torch 2.13.0 and transformers 5.24.0; a looser torch can pull a CUDA build of several GB)"
+)
 
 
 @dataclass(frozen=True)
@@ -146,10 +153,14 @@ def verify(
         model_dir: The Hugging Face checkpoint it was exported from.
         steps: Generated positions to compare (the prefill's is the first).
         prompt: Token ids; default a seeded random prompt of ``prompt_length``.
+            Prompt and steps must fit the package; they are checked before anything
+            runs (transformers runs a full forward per step).
         ep: EP to run the package on (default the CPU; None = the package's EP).
         tolerance: Override the default for the package's dtype and quantization.
 
     Raises:
+        OptionsError: Lengths that do not fit the package, or a multimodal package (see
+            :func:`engine.runtime.verify_media.verify_media`).
         PackageError: The package does not belong to this checkpoint's architecture.
         RuntimeUnavailableError: torch / transformers or the EP are missing.
     """
@@ -158,9 +169,25 @@ def verify(
 
     started = time.perf_counter()
     cancel = cancel or CancelToken()
-    if steps < 1:
-        raise OptionsError(f"steps must be at least 1, got {steps}")
     pkg = package if isinstance(package, Package) else open_package(package)
+    if pkg.multimodal:
+        raise OptionsError(
+            f"{pkg.path.name} is a multimodal package, which runs through onnxruntime-genai; "
+            f"verify it on a prompt with {option('image', 'PATH')} and / or "
+            f"{option('audio', 'PATH')}"
+        )
+    if pkg.dtype not in (None, "fp32", "fp16"):
+        # Our loop drives float32 / float16 KV caches only (engine.runtime.runner), and
+        # the bench advice (another runtime) is no option of verify's.
+        raise OptionsError(
+            f"{pkg.path.name} is a {pkg.dtype} package; verify runs packages through its "
+            "onnxruntime loop, which takes fp32 and fp16 ones: verify an fp16 or fp32 export "
+            "of the checkpoint"
+        )
+    length = len(prompt) if prompt is not None else prompt_length
+    check_lengths(pkg, length, steps, new_option=option("steps"))
+    check_seed(seed)
+    require_provider(ep or pkg.ep)  # an EP missing here is known before transformers runs
     spec = load_spec(model_dir)
     if pkg.vocab_size != spec.vocab_size:
         raise PackageError(
@@ -229,15 +256,13 @@ def reference_greedy(
         import torch
         from transformers import AutoModelForCausalLM
     except ImportError as exc:
-        raise RuntimeUnavailableError(
-            "verify needs torch and transformers: pip install torch transformers (or the dev extra)"
-        ) from exc
+        raise RuntimeUnavailableError(NO_TRANSFORMERS) from exc
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     except Exception as exc:  # transformers raises many types here
         raise RuntimeUnavailableError(
-            f"transformers could not load '{model_dir}': {exc}; check the checkpoint and "
-            "that the installed transformers knows its model type"
+            f"transformers could not load '{model_dir}': {one_line(exc)}; check the checkpoint "
+            "and that the installed transformers knows its model type"
         ) from exc
     model.eval()
     ids = list(prompt)
@@ -247,7 +272,13 @@ def reference_greedy(
         for i in range(steps):
             if cancel is not None:
                 cancel.raise_if_cancelled()
-            out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+            try:
+                out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+            except Exception as exc:  # torch and transformers raise many types
+                raise RuntimeUnavailableError(
+                    f"transformers failed running '{model_dir}' on a prompt of {len(ids)} "
+                    f"tokens: {one_line(exc)}"
+                ) from exc
             row = out.logits[0, -1].float().numpy()
             logits.append(row)
             tokens.append(int(row.argmax()))

@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import PackageError, RuntimeUnavailableError
+from engine.errors import EngineError, PackageError, RuntimeUnavailableError, option
 from engine.progress import CancelToken, Progress, no_progress
-from engine.runtime.media import MediaPrompt
+from engine.runtime.limits import check_lengths
+from engine.runtime.media import MediaPrompt, check_processed_length
 from engine.runtime.package import Package, open_package
-from engine.runtime.verify import Tolerance, VerifyResult, verdict
+from engine.runtime.session import one_line
+from engine.runtime.verify import NO_TRANSFORMERS, Tolerance, VerifyResult, verdict
 
 
 def verify_media(
@@ -36,6 +38,8 @@ def verify_media(
     """Compare a multimodal package with transformers on one prompt with media.
 
     Raises:
+        OptionsError: Steps, or the processed prompt, that do not fit the package; a file
+            its processors cannot take.
         PackageError: The package has no session for the media, or is not multimodal.
         RuntimeUnavailableError: torch / transformers / onnxruntime-genai are missing.
     """
@@ -48,15 +52,25 @@ def verify_media(
         raise PackageError(
             f"{pkg.path.name} is a text-only package; verify it without images or audio"
         )
+    check_lengths(pkg, 1, steps, new_option=option("steps"))  # the processed prompt: checked below
     media.check(pkg)
     progress(0.0, "processing the prompt with genai's processors")
     runner = GenaiRunner(pkg, ep=ep, graph_capture=False)
     inputs = media.process(runner._og, runner.model)
     tensors = {name: MediaPrompt.array(inputs[name]) for name in _names(inputs)}
+    check_processed_length(pkg, media, tensors["input_ids"].size, steps, option("steps"))
     progress(0.1, "running transformers")
     ref_tokens, ref_logits = _reference(model_dir, tensors, steps, cancel)
     progress(0.6, "running the package")
-    ours = _forced(runner, inputs, ref_tokens, cancel)
+    try:
+        ours = _forced(runner, inputs, ref_tokens, cancel)
+    except EngineError:
+        raise
+    except Exception as exc:  # genai raises RuntimeError for everything
+        raise RuntimeUnavailableError(
+            f"onnxruntime-genai failed running {pkg.path.name} on the prompt with "
+            f"{media.describe()} ({media.files()}): {one_line(exc)}"
+        ) from exc
     prompt = tensors["input_ids"].reshape(-1)
     return verdict(
         pkg, model_dir, runner, prompt, ref_tokens, ref_logits, ours, tolerance, progress, started
@@ -85,15 +99,15 @@ def _reference(
         import torch
         from transformers import Gemma4ForConditionalGeneration
     except ImportError as exc:
-        raise RuntimeUnavailableError(
-            "verify needs torch and transformers: pip install torch transformers (or the dev extra)"
-        ) from exc
+        raise RuntimeUnavailableError(NO_TRANSFORMERS) from exc
     try:
         model = Gemma4ForConditionalGeneration.from_pretrained(
             str(model_dir), dtype=torch.float32
         ).eval()
     except Exception as exc:  # transformers raises many types here
-        raise RuntimeUnavailableError(f"transformers could not load '{model_dir}': {exc}") from exc
+        raise RuntimeUnavailableError(
+            f"transformers could not load '{model_dir}': {one_line(exc)}"
+        ) from exc
     kwargs: dict[str, Any] = {
         "input_ids": torch.from_numpy(tensors["input_ids"].astype(np.int64)).reshape(1, -1)
     }
@@ -109,14 +123,23 @@ def _reference(
         )
     tokens: list[int] = []
     logits: list[np.ndarray] = []
-    with torch.no_grad():
-        out = model(**kwargs, use_cache=True)
-        for _ in range(steps):
-            cancel.raise_if_cancelled()
-            row = out.logits[0, -1].float().numpy()
-            logits.append(row)
-            tokens.append(int(row.argmax()))
-            out = model(input_ids=torch.tensor([[tokens[-1]]]), cache=out.cache, use_cache=True)
+    try:
+        with torch.no_grad():
+            out = model(**kwargs, use_cache=True)
+            for _ in range(steps):
+                cancel.raise_if_cancelled()
+                row = out.logits[0, -1].float().numpy()
+                logits.append(row)
+                tokens.append(int(row.argmax()))
+                next_ids = torch.tensor([[tokens[-1]]])
+                out = model(input_ids=next_ids, cache=out.cache, use_cache=True)
+    except EngineError:
+        raise
+    except Exception as exc:  # torch and transformers raise many types
+        raise RuntimeUnavailableError(
+            f"transformers failed running '{model_dir}' on genai's processed prompt: "
+            f"{one_line(exc)}"
+        ) from exc
     return tokens, logits
 
 

@@ -114,8 +114,8 @@ def test_bench_prompt_is_seeded_and_in_range():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"new_tokens": 1}, "new tokens must be at least 2"),
-        ({"repeats": 0}, "repeats must be at least 1"),
+        ({"new_tokens": 1}, "--new-tokens must be between 2 and"),
+        ({"repeats": 0}, "--repeats must be between 1 and"),
         ({"runtime": "tvm"}, "runtime must be ort or genai"),
     ],
 )
