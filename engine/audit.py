@@ -324,8 +324,7 @@ def audit_package(
     """Audit every session of a package folder (graphs are read without weight bytes)."""
     audits = []
     for session, model_path in package_sessions(Path(folder)):
-        model = ir.load(model_path)
-        audit = audit_model(model, caps, session)
+        audit = audit_model(_load_graph(model_path), caps, session)
         if measure:
             placement, note = device_placement(model_path, caps, python)
             audit = SessionAudit(
@@ -339,3 +338,23 @@ def audit_package(
             )
         audits.append(audit)
     return audits
+
+
+def _load_graph(model_path: Path) -> ir.Model:
+    """A session's graph without its weights; a file that is no ONNX model, or one with no
+    nodes (an empty file parses as an empty model), is a damaged package."""
+    from engine.errors import PackageError
+
+    try:
+        model = ir.load(model_path)
+    except Exception as exc:  # protobuf's DecodeError and the like: any means damage
+        raise PackageError(
+            f"{model_path} is not a readable ONNX model ({type(exc).__name__}); "
+            "export the package again"
+        ) from exc
+    if not model.graph.outputs or next(iter(model.graph), None) is None:
+        raise PackageError(
+            f"{model_path} holds no graph ({model_path.stat().st_size:,} bytes); "
+            "export the package again"
+        )
+    return model

@@ -202,21 +202,29 @@ def cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_audit_of_a_package_whose_data_is_truncated_is_an_error(cpu_package: Path, tmp_path: Path):
+def test_audit_of_a_package_onnxruntime_cannot_load_is_an_error(cpu_package: Path, tmp_path: Path):
     import shutil
+
+    import onnx
 
     damaged = tmp_path / "pkg"
     shutil.copytree(cpu_package, damaged)
-    data = damaged / "model.onnx.data"
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    proto = onnx.load(str(damaged / "model.onnx"), load_external_data=False)
+    proto.graph.node[0].op_type = "NoSuchOp"  # a graph no runtime has a kernel for
+    onnx.save(proto, str(damaged / "model.onnx"))
     for extra in ((), ("--json",)):
         result = _audit_cli(str(damaged), *extra)
         assert result.returncode == 2, result.stdout + result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("error: onnxruntime could not create a session for model.onnx")
-        assert "export it again" in line and "Traceback" not in result.stderr
-    # Without placement the graph alone is audited, as asked.
+        assert "NoSuchOp" in line and "Traceback" not in result.stderr
+    # Without placement the graph alone is audited, as asked (the CPU EP never captures).
     assert _audit_cli(str(damaged), "--no-placement").returncode == 0
+    # A truncated data file is refused before any session, in the package check's words.
+    data = damaged / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    result = _audit_cli(str(damaged))
+    assert result.returncode == 2 and "is truncated or corrupt" in result.stderr, result.stderr
 
 
 def test_audit_with_a_runtime_python_that_cannot_measure_is_an_error(
@@ -264,3 +272,16 @@ def test_audit_of_a_multimodal_preset_lists_every_session_decoder_first():
     text = _audit_cli("--preset", "gemma4-e2b", "--ep", "webgpu")
     assert text.stdout.splitlines()[0] == "decoder on webgpu: graph capture ready"
     assert "vision on webgpu: graph capture never captured" in text.stdout
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x08\x07", b"\xff" * 64])
+def test_audit_of_a_damaged_graph_file_is_an_error(cpu_package: Path, tmp_path: Path, damage):
+    import shutil
+
+    damaged = tmp_path / "pkg"
+    shutil.copytree(cpu_package, damaged)
+    (damaged / "model.onnx").write_bytes(damage)  # empty, an empty model's bytes, garbage
+    result = _audit_cli(str(damaged), "--no-placement")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "model.onnx" in line and "export" in line and "again" in line, line
