@@ -1,6 +1,8 @@
 """Fuzz the engine's inputs: seeded mutations of safetensors headers and bytes, shard indexes,
-config.json fields, export options, genai_config.json and manifest fields, each run through
-the CLI (``build``, ``info``, ``plan``, ``bench``, ``audit``) as a user would.
+config.json fields, export options, genai_config.json and manifest fields (the input kinds),
+and of media files, tokenizer files, lengths and numeric options, checkpoints of other formats
+and damaged package files (the user kinds, benchmarks/fuzz_user_inputs.py), each run through
+the CLI (``build``, ``info``, ``plan``, ``bench``, ``audit``, ``verify``) as a user would.
 
 Every case is classified by outcome:
 
@@ -13,15 +15,17 @@ Every case is classified by outcome:
   missing;
 * ``hang``: the case ran past ``--timeout`` seconds (the worker is killed);
 * ``broken package``: ``build`` succeeded, but the package it wrote fails to generate greedy
-  tokens on the CPU EP (a package that cannot run should have been refused). CUDA / TensorRT-RTX
-  packages (their default is bf16 or fp16 kernels the CPU lacks) and bf16 ones are not run.
+  tokens on the CPU EP (a package that cannot run should have been refused), or its tokenizer
+  does not load in onnxruntime-genai; or a command succeeded on a package file damaged on
+  purpose that it reads. CUDA / TensorRT-RTX packages (their default is bf16 or fp16 kernels
+  the CPU lacks) and bf16 ones are not run.
 
 The goal is 0 tracebacks, 0 leftovers, 0 hangs and 0 broken packages. Cases are a pure function of
 ``(seed, index)``: ``--only 17 42`` replays cases. Workers are forked processes that run the
 CLI in-process (no interpreter start per case), each under an address-space limit so that a
 case that allocates without bound fails instead of taking the machine. Prints one JSON object:
 
-    python benchmarks/fuzz_inputs.py --cases 3000 --seed 0
+    python benchmarks/fuzz_inputs.py --cases 3000 --seed 0 [--kinds media,lengths,...]
 """
 
 from __future__ import annotations
@@ -62,9 +66,18 @@ from fuzz_mutations import (
     random_options,
     write_shards,
 )
+from fuzz_user_inputs import (
+    USER_KINDS,
+    UserBase,
+    make_user_base,
+    must_fail,
+    prepare_user_case,
+    tokenizer_problem,
+)
 
 OUTCOMES = ("clear error", "ok", "traceback", "leftover", "hang", "broken package")
-KINDS = ("header", "bytes", "shards", "config", "options", "genai", "manifest")
+INPUT_KINDS = ("header", "bytes", "shards", "config", "options", "genai", "manifest")
+KINDS = (*INPUT_KINDS, *USER_KINDS)
 WEIGHTS = "model.safetensors"
 ADDRESS_SPACE = 12 * 2**30
 """Per-worker address-space limit (onnxruntime reserves generously, so not too tight)."""
@@ -112,11 +125,22 @@ def make_base(root: Path) -> Base:
 # ------------------------------------------------------------------------------ cases
 
 
-def prepare(base: Base, seed: int, index: int, folder: Path) -> Case:
+def prepare(
+    base: Base,
+    seed: int,
+    index: int,
+    folder: Path,
+    kinds: tuple[str, ...] = KINDS,
+    user: UserBase | None = None,
+) -> Case:
     """Write the mutated inputs of case ``index`` into ``folder``; returns the case."""
     rng = random.Random(f"{seed}:{index}")
-    kind = KINDS[index % len(KINDS)] if rng.random() < 0.7 else rng.choice(KINDS)
+    kind = kinds[index % len(kinds)] if rng.random() < 0.7 else rng.choice(kinds)
     case = Case(index, kind)
+    if kind in USER_KINDS:
+        assert user is not None
+        prepare_user_case(kind, rng, user, folder, case)
+        return case
     model, out = folder / "M", folder / "out" / "pkg"
     if kind in ("genai", "manifest"):
         package = folder / "P"
@@ -278,10 +302,13 @@ def classify(case: Case, folder: Path, inputs: dict[str, tuple[int, int]], tmp: 
     if left:
         return result("leftover", "; ".join(left))
     if code == 0:
-        if runs_on_cpu(case.argv):
+        broken = must_fail(case)
+        if not broken and runs_on_cpu(case.argv):
             broken = run_package(folder / "out" / "pkg", tmp)
-            if broken:
-                return result("broken package", broken)
+        if not broken and case.kind == "tokenizer":
+            broken = tokenizer_problem(folder / "out" / "pkg")
+        if broken:
+            return result("broken package", broken)
         return result("ok", "")
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     message = next(
@@ -300,7 +327,15 @@ def classify(case: Case, folder: Path, inputs: dict[str, tuple[int, int]], tmp: 
 # ----------------------------------------------------------------------------- workers
 
 
-def worker(base: Base, seed: int, tasks: Any, results: Any, work: Path) -> None:
+def worker(
+    base: Base,
+    seed: int,
+    tasks: Any,
+    results: Any,
+    work: Path,
+    kinds: tuple[str, ...] = KINDS,
+    user: UserBase | None = None,
+) -> None:
     import resource
 
     with contextlib.suppress(ValueError, OSError):
@@ -320,7 +355,7 @@ def worker(base: Base, seed: int, tasks: Any, results: Any, work: Path) -> None:
         folder.mkdir()
         started = time.perf_counter()
         try:
-            case = prepare(base, seed, index, folder)
+            case = prepare(base, seed, index, folder, kinds, user)
             result = classify(case, folder, snapshot(folder), tmp)
         except BaseException:
             detail = "fuzzer error: " + traceback.format_exc().strip().splitlines()[-1]
@@ -337,8 +372,9 @@ def run(
     timeout: float = 300.0,
     only: list[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, Any]:
-    """Run the fuzz cases; returns the report (see the module docstring)."""
+    """Run the fuzz cases of ``kinds``; returns the report (see the module docstring)."""
     import engine.cli
     import engine.pipeline
     import engine.runtime.bench  # noqa: F401
@@ -347,6 +383,7 @@ def run(
     root = Path(tempfile.mkdtemp(prefix="fuzz-inputs-"))
     try:
         base = make_base(root / "base")
+        user = make_user_base(root / "user") if set(kinds) & set(USER_KINDS) else None
         indices = list(only) if only else list(range(cases))
         context = mp.get_context("fork")
         tasks: Any = context.Queue()
@@ -360,7 +397,8 @@ def run(
         def spawn() -> None:
             nonlocal spawned
             process = context.Process(
-                target=worker, args=(base, seed, tasks, results, root / f"worker-{spawned}")
+                target=worker,
+                args=(base, seed, tasks, results, root / f"worker-{spawned}", kinds, user),
             )
             process.start()
             spawned += 1
@@ -406,16 +444,19 @@ def run(
                 process.kill()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return report(seed, [reports[i] for i in indices], time.perf_counter() - started)
+    return report(seed, [reports[i] for i in indices], time.perf_counter() - started, kinds)
 
 
-def report(seed: int, results: list[Result], seconds: float) -> dict[str, Any]:
+def report(
+    seed: int, results: list[Result], seconds: float, kinds: tuple[str, ...] = KINDS
+) -> dict[str, Any]:
     by_kind: dict[str, Counter[str]] = {}
     for r in results:
         by_kind.setdefault(r.kind, Counter())[r.outcome] += 1
     errors = Counter(_shape(r.detail) for r in results if r.outcome == "clear error")
     return {
         "seed": seed,
+        "kinds": list(kinds),
         "cases": len(results),
         "seconds": round(seconds, 1),
         "outcomes": {o: sum(1 for r in results if r.outcome == o) for o in OUTCOMES},
@@ -442,13 +483,22 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a hang")
     parser.add_argument("--only", type=int, nargs="*", help="replay these case indices")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--kinds",
+        type=lambda text: tuple(text.split(",")),
+        default=KINDS,
+        help=f"comma-separated kinds of cases (default all: {','.join(KINDS)})",
+    )
     args = parser.parse_args()
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown kinds {unknown}; choose from {','.join(KINDS)}")
 
     def show(done: int, total: int) -> None:
         if not args.quiet and (done % 100 == 0 or done == total):
             print(f"{done}/{total}", file=sys.stderr, flush=True)
 
-    result = run(args.cases, args.seed, args.workers, args.timeout, args.only, progress=show)
+    result = run(args.cases, args.seed, args.workers, args.timeout, args.only, show, args.kinds)
     print(json.dumps(result, indent=2, default=str))
 
 
