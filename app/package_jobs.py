@@ -57,14 +57,12 @@ class PackageFacts:
 
     def capture_problem(self, ep: str | None) -> str | None:
         """Why graph capture cannot be benchmarked on ``ep`` (None = the package's), or None."""
-        from engine.runtime.session import traits
-
         caps = get_caps(ep or self.ep)
         if not caps.graph_capture:
             return f"{caps.display_name} has no graph capture"
         if not self.share_buffer:
             return "the package does not share past/present KV (capture needs one buffer)"
-        if not traits(caps.ort_provider).capture_option:
+        if not caps.capture_option:
             return f"graph capture on {caps.display_name} is not available from Python"
         return self.eps.get(caps.name)
 
@@ -76,7 +74,7 @@ def package_facts_job(path: Path, progress: Progress, cancel: CancelToken) -> Pa
         PackageError: The folder is not a package, or names files it does not have.
     """
     from engine.runtime.package import open_package
-    from engine.runtime.session import available_providers, traits
+    from engine.runtime.session import available_providers
 
     package = open_package(path)
     offered = available_providers()
@@ -86,7 +84,7 @@ def package_facts_job(path: Path, progress: Progress, cancel: CancelToken) -> Pa
         if caps.ort_provider in offered:
             eps[name] = None
         else:
-            hint = traits(caps.ort_provider).install_hint
+            hint = caps.install_hint
             eps[name] = f"this onnxruntime has no {caps.ort_provider}" + (
                 f": {hint}" if hint else ""
             )

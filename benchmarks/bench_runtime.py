@@ -95,10 +95,9 @@ def warm_page_cache(folder: Path) -> float:
 
 def can_capture(package: Package, ep: str | None) -> bool:
     from engine.caps import get_caps
-    from engine.runtime.session import traits
 
     caps = get_caps(ep or package.ep)
-    capture = bool(traits(caps.ort_provider).capture_option)
+    capture = bool(caps.capture_option)
     return caps.graph_capture and package.share_buffer and capture
 
 

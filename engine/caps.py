@@ -56,7 +56,15 @@ class EpCapabilities:
     provider_options: Mapping[str, str] = field(default_factory=dict)
     """Default provider options written into genai_config."""
     capture_option: str | None = None
-    """The provider option that switches graph capture on (value "1"/"0")."""
+    """The provider option that switches graph capture on (value "1"/"0"), in genai_config
+    and in onnxruntime's Python API; None = no capture from Python."""
+    io_device: str = "cpu"
+    """onnxruntime's IOBinding device name for outputs kept on the device."""
+    session_config_prefix: str | None = None
+    """Provider options are given to onnxruntime's Python API as session config entries with
+    this prefix instead of a provider-options dict (WebGPU's package ignores the dict)."""
+    install_hint: str = ""
+    """What to install when this onnxruntime does not offer the EP."""
     capture_needs_static_graph: bool = False
     """Under capture every node must stay on the device: no Shape, ConstantOfShape,
     int64 tensor Slice/Squeeze, If/Loop; shapes static except the sequence axes."""
@@ -161,6 +169,8 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int4_accuracy_level=4,
             provider_options={"enable_cuda_graph": "0"},
             capture_option="enable_cuda_graph",
+            io_device="cuda",
+            install_hint="install onnxruntime-gpu instead of onnxruntime (1.31 is a CUDA 13 build)",
         ),
         EpCapabilities(
             name="webgpu",
@@ -214,6 +224,12 @@ _REGISTRY: dict[str, EpCapabilities] = {
             ),
             gbq_odd_4bit_blocks=False,
             genai_max_images=1,
+            io_device="webgpu",
+            session_config_prefix="ep.webgpuexecutionprovider.",
+            install_hint=(
+                "install onnxruntime-webgpu in a separate virtual environment "
+                "(README: WebGPU runtime); it cannot share one with onnxruntime"
+            ),
         ),
         EpCapabilities(
             name="dml",
@@ -226,6 +242,8 @@ _REGISTRY: dict[str, EpCapabilities] = {
             max_buffer_size=4 * 1024**3,
             graph_capture=True,
             int4_accuracy_level=4,
+            io_device="dml",
+            install_hint="install onnxruntime-directml on Windows",
         ),
         EpCapabilities(
             name="trt-rtx",
@@ -239,6 +257,8 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int4_accuracy_level=4,
             provider_options={"enable_cuda_graph": "0"},
             capture_option="enable_cuda_graph",
+            io_device="cuda",
+            install_hint="install onnxruntime with the TensorRT-RTX EP",
         ),
     )
 }

@@ -149,14 +149,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _can_capture(package: Any, ep: str | None) -> bool:
     from engine.caps import get_caps
-    from engine.runtime.session import traits
 
     caps = get_caps(ep or package.ep)
-    return (
-        caps.graph_capture
-        and package.share_buffer
-        and bool(traits(caps.ort_provider).capture_option)
-    )
+    return caps.graph_capture and package.share_buffer and bool(caps.capture_option)
 
 
 def _print_table(results: list[Any], check: Any, error: str | None) -> None:

@@ -30,56 +30,10 @@ CPU = "CPUExecutionProvider"
 _SESSIONS = itertools.count()
 
 
-@dataclass(frozen=True)
-class ProviderTraits:
-    """How the Python onnxruntime API drives one provider."""
-
-    device: str
-    """IOBinding device name for outputs kept on the device."""
-    options_as_config_prefix: str | None = None
-    """Provider options are session config entries with this prefix (WebGPU's Python
-    package ignores the provider-options dict) instead of a provider-options dict."""
-    capture_option: str | None = None
-    """The option that switches graph capture on; None = no capture from Python."""
-    install_hint: str = ""
-
-
-_TRAITS: dict[str, ProviderTraits] = {
-    CPU: ProviderTraits(device="cpu"),
-    "WebGpuExecutionProvider": ProviderTraits(
-        device="webgpu",
-        options_as_config_prefix="ep.webgpuexecutionprovider.",
-        capture_option="enableGraphCapture",
-        install_hint=(
-            "install onnxruntime-webgpu in a separate virtual environment "
-            "(README: WebGPU runtime); it cannot share one with onnxruntime"
-        ),
-    ),
-    "CUDAExecutionProvider": ProviderTraits(
-        device="cuda",
-        capture_option="enable_cuda_graph",
-        install_hint="install onnxruntime-gpu (CUDA 12, cuDNN 9) instead of onnxruntime",
-    ),
-    "DmlExecutionProvider": ProviderTraits(
-        device="dml", install_hint="install onnxruntime-directml on Windows"
-    ),
-    "NvTensorRTRTXExecutionProvider": ProviderTraits(
-        device="cuda",
-        capture_option="enable_cuda_graph",  # as engine.caps says (untested: no such GPU here)
-        install_hint="install onnxruntime with the TensorRT-RTX EP",
-    ),
-}
-
-
 def one_line(exc: BaseException) -> str:
     """A child library's error text on one line: onnxruntime's and genai's messages can
     span several (C++ signatures, stack notes)."""
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def traits(provider: str) -> ProviderTraits:
-    """Traits of an onnxruntime provider name (unknown ones: no capture, device 'cpu')."""
-    return _TRAITS.get(provider, ProviderTraits(device="cpu"))
 
 
 def available_providers() -> list[str]:
@@ -106,7 +60,7 @@ def require_provider(ep: str) -> EpCapabilities:
             "or, for WebGPU, onnxruntime-webgpu"
         )
     if caps.ort_provider not in offered:
-        hint = traits(caps.ort_provider).install_hint
+        hint = caps.install_hint
         raise RuntimeUnavailableError(
             f"the {caps.display_name} EP ({caps.ort_provider}) is not available in this "
             f"onnxruntime (it offers {', '.join(offered)}); "
@@ -175,15 +129,14 @@ def create_session(
     check_threads(threads)
     caps = require_provider(ep)
     provider = caps.ort_provider
-    trait = traits(provider)
-    if graph_capture and (trait.capture_option is None or not caps.graph_capture):
+    if graph_capture and (caps.capture_option is None or not caps.graph_capture):
         raise OptionsError(
             f"graph capture is not available for {caps.display_name} from Python; "
             f"use {option('graph_capture', 'off')}"
         )
-    options = {k: v for k, v in (provider_options or {}).items() if k != trait.capture_option}
-    if graph_capture and trait.capture_option is not None:
-        options[trait.capture_option] = "1"
+    options = {k: v for k, v in (provider_options or {}).items() if k != caps.capture_option}
+    if graph_capture and caps.capture_option is not None:
+        options[caps.capture_option] = "1"
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
@@ -193,9 +146,9 @@ def create_session(
         profile_prefix = Path(tempfile.gettempdir()) / f"es-profile-{os.getpid()}-{next(_SESSIONS)}"
         so.profile_file_prefix = str(profile_prefix)
     providers: list[Any] = [provider]
-    if trait.options_as_config_prefix is not None:
+    if caps.session_config_prefix is not None:
         for key, value in options.items():
-            so.add_session_config_entry(trait.options_as_config_prefix + key, str(value))
+            so.add_session_config_entry(caps.session_config_prefix + key, str(value))
     elif options:
         providers = [(provider, dict(options))]
     if provider != CPU:
@@ -233,7 +186,7 @@ def create_session(
         session=session,
         ep=caps.name,
         provider=provider,
-        device=trait.device,
+        device=caps.io_device,
         graph_capture=graph_capture,
         load_seconds=time.perf_counter() - started,
         profiling=profile_first_run,
