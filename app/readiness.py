@@ -10,8 +10,11 @@ has no audit (an older build), the plan-derived answer stays.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from app.findings import Reasons, readable_reasons
 
 if TYPE_CHECKING:
     from engine.plan import ExportPlan
@@ -35,10 +38,23 @@ class SessionReadiness:
     status: Status
     reasons: tuple[str, ...]
     source: Literal["plan", "audit"] = "plan"
+    details: tuple[str, ...] = ()
+    """The reasons with the names of the nodes they are about (a tooltip); empty: the
+    reasons say it all."""
 
     @property
     def text(self) -> str:
         return STATUS_TEXT[self.status]
+
+    @property
+    def tooltip(self) -> str:
+        return "\n".join(self.details or self.reasons) + f"\n(source: {self.source})"
+
+
+def decoder_first(rows: Iterable[SessionReadiness]) -> tuple[SessionReadiness, ...]:
+    """The decoder first (it runs once per generated token: the session capture is for),
+    the others in the plan's order."""
+    return tuple(sorted(rows, key=lambda r: r.session != "decoder"))
 
 
 def capture_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
@@ -52,7 +68,7 @@ def capture_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
             out.append(SessionReadiness(session.name, "off", (reason,)))
         else:
             out.append(_from_plan(plan, session.name))
-    return tuple(out)
+    return decoder_first(out)
 
 
 def audit_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
@@ -90,8 +106,11 @@ def audit_readiness(plan: ExportPlan) -> tuple[SessionReadiness, ...]:
                 reasons = [f"audit passed: {count} nodes, none breaks capture"]
             elif mode == "off" and not reasons:
                 reasons = ["set to off; the audit finds nothing that breaks capture"]
-        out.append(SessionReadiness(session.name, status, tuple(reasons), "audit"))
-    return tuple(out)
+        shown: Reasons = readable_reasons(reasons, audit)
+        out.append(
+            SessionReadiness(session.name, status, shown.lines, "audit", details=shown.details)
+        )
+    return decoder_first(out)
 
 
 def _from_plan(plan: ExportPlan, session: str) -> SessionReadiness:

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.bench_controller import BenchController
 from app.bench_metrics import METRICS
+from app.history import BenchRun
 from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
 from app.state import StudioState
 from app.widgets.deferred import Deferred
@@ -64,18 +65,17 @@ CAPTURE_CHOICES = (("off", "off"), ("on", "on"), ("off and on, side by side", "b
 COLUMNS = (
     "When",
     "Package",
-    "Runtime",
-    "EP",
-    "Capture",
-    "Prompt",
-    "New",
-    "Load s",
-    "TTFT ms",
-    "Prefill tok/s",
-    "Decode tok/s",
-    "min-max",
-    "Peak RSS",
+    "Run",
+    "Tokens",
+    "Load\ns",
+    "TTFT\nms",
+    "Prefill\ntok/s",
+    "Decode\ntok/s",
+    "Peak\nRSS",
 )
+"""The history's columns: numbers under two-line headers, runtime, EP and capture in one
+column, prompt and new tokens in another, so that at 1024 px every metric shows beside a
+readable package name."""
 
 
 class BenchPanel(QWidget):
@@ -139,6 +139,13 @@ class BenchPanel(QWidget):
         self.history_metric.setToolTip("Which metric the runs-over-time chart shows")
         self.history_metric.setAccessibleName("History metric")
         self.table = read_only_table(COLUMNS, stretch=1)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a name's end tells most
+        run_header = self.table.horizontalHeaderItem(2)
+        if run_header is not None:
+            run_header.setToolTip("runtime · execution provider · graph capture")
+        tokens_header = self.table.horizontalHeaderItem(3)
+        if tokens_header is not None:
+            tokens_header.setToolTip("prompt tokens (and images, audio) → new tokens")
 
         for box in (self.runtime, self.ep, self.capture, self.history_metric):
             box.setSizeAdjustPolicy(
@@ -190,7 +197,7 @@ class BenchPanel(QWidget):
         body.addWidget(self.history_tabs)
         body.setStretchFactor(0, 3)
         body.setStretchFactor(1, 1)
-        self.history_tabs.setMinimumHeight(110)
+        self.history_tabs.setMinimumHeight(140)  # the two-line headers and three runs
         body.setSizes([600, 200])
         layout = QVBoxLayout(self)
         layout.addWidget(settings)
@@ -378,28 +385,47 @@ class BenchPanel(QWidget):
             latest.get(False), latest.get(True), package.name if package else ""
         )
         self.history_chart.set_history(runs, self.history_metric.currentData())
+        rows = [(run, run.result) for run in reversed(runs)]
         fill_table(
             self.table,
             [
                 (
-                    time.strftime("%Y-%m-%d %H:%M", time.localtime(run.timestamp)),
+                    time.strftime("%m-%d %H:%M", time.localtime(run.timestamp)),
                     Path(r.package).name,
-                    r.runtime,
-                    r.ep,
-                    "on" if r.graph_capture else "off",
-                    f"{r.prompt_length} + {media_words(r.media)}" if r.media else r.prompt_length,
-                    r.new_tokens,
+                    f"{r.runtime} · {r.ep} · {'on' if r.graph_capture else 'off'}",
+                    _tokens(r),
                     f"{r.load_seconds:.2f}",
                     f"{r.time_to_first_token_seconds * 1e3:,.1f}",
-                    f"{r.prefill_tokens_per_second:,.1f}",
+                    f"{r.prefill_tokens_per_second:,.0f}",
                     f"{r.decode_tokens_per_second:,.1f}",
-                    f"{r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f}",
                     format_bytes(r.peak_rss_bytes),
                 )
-                for run in reversed(runs)
-                for r in (run.result,)
+                for run, r in rows
             ],
+            tooltips=[_run_tooltip(run) for run, _ in rows],
         )
+
+
+def _tokens(r: Any) -> str:
+    """``64 → 64``: the prompt's tokens (and media) and the new tokens."""
+    prompt = f"{r.prompt_length} + {media_words(r.media)}" if r.media else str(r.prompt_length)
+    return f"{prompt} → {r.new_tokens}"
+
+
+def _run_tooltip(run: BenchRun) -> str:
+    """Everything the row shortens or leaves out: the full date and path, the spread."""
+    r = run.result
+    capture = "on" if r.graph_capture else "off"
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(run.timestamp))}\n"
+        f"{r.package}\n"
+        f"runtime {r.runtime}, EP {r.ep} ({r.provider}), graph capture {capture}\n"
+        f"{r.prompt_length} prompt tokens, {r.new_tokens} new tokens\n"
+        f"prefill {r.prefill_tokens_per_second:,.1f} tok/s\n"
+        f"decode {r.decode_tokens_per_second:,.1f} tok/s (min-max "
+        f"{r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f} "
+        f"over {len(r.decode_tokens_per_second_runs) or r.repeats} runs)"
+    )
 
 
 def _spin(key: str, low: int, high: int, value: int) -> QSpinBox:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
@@ -171,10 +171,28 @@ class ChartBox(QWidget):
         """The labels as drawn (elided where the full one does not fit)."""
         item.setTicks([list(enumerate(shown))])
 
+    def minimumSizeHint(self) -> QSize:
+        """Room for the title, the plot's least height and the legend's rows at this
+        width: a layout never squeezes the legend over the plot's axis."""
+        hint = super().minimumSizeHint()
+        layout = self.layout()
+        if layout is None:
+            return hint
+        margins = layout.contentsMargins()
+        inner = max(self.width(), hint.width()) - margins.left() - margins.right()
+        parts = [self.plot.minimumHeight()]
+        for widget in (self.title, self.legend):
+            if widget.isVisibleTo(self):
+                parts.append(max(widget.heightForWidth(inner), widget.minimumSizeHint().height()))
+        height = sum(parts) + layout.spacing() * (len(parts) - 1) + margins.top()
+        return QSize(hint.width(), max(hint.height(), height + margins.bottom()))
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        if self._args is not None and event.size().width() != event.oldSize().width():
-            self.draw(*self._args)  # the labels' room follows the width
+        if event.size().width() != event.oldSize().width():
+            self.updateGeometry()  # the legend's rows (and so the least height) follow it
+            if self._args is not None:
+                self.draw(*self._args)  # the labels' room follows the width
 
 
 class SessionSizeChart(ChartBox):
@@ -221,6 +239,7 @@ class SessionSizeChart(ChartBox):
         self.plot.setXRange(0, max(left) * 1.05, padding=0)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.set_items(legend)
+        self.updateGeometry()
         self.describe(
             "; ".join(
                 f"{s.name} ({s.filename}): {format_bytes(s.total)}"
@@ -338,6 +357,7 @@ class LargestTensorsChart(ChartBox):
         self.plot.setXRange(0, top / scale, padding=0)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.set_items(legend, "\n".join(notes))
+        self.updateGeometry()
         self.describe(
             "Over the storage binding limit: only adapters that grant more can bind it. "
             + "; ".join(

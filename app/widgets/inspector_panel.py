@@ -17,12 +17,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLineEdit,
     QListWidget,
+    QListWidgetItem,
     QPushButton,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
+from app.findings import audit_lines
 from app.inspect_data import limits_for, session_sizes, tensor_bars
 from app.package_jobs import inspect_job, package_audit_job
 from app.state import StudioState
@@ -278,8 +280,11 @@ class InspectorPanel(QWidget):
             self.audit.addItem(
                 f"{audit.session} on {audit.ep}: graph capture {state} ({nodes} nodes)"
             )
-            for reason in audit.reasons():
-                self.audit.addItem(f"    {reason}")
+            shown = audit_lines(audit)  # findings grouped by op type; node names as tooltips
+            for line, detail in zip(shown.lines, shown.details, strict=True):
+                item = QListWidgetItem(f"    {line}")
+                item.setToolTip(detail)
+                self.audit.addItem(item)
         if not audits:
             self.audit.addItem("genai_config names none of the sessions the audit knows.")
         self.audited.emit(audits)

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
-    QGroupBox,
-    QHBoxLayout,
-    QListWidget,
+    QLabel,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -26,16 +24,26 @@ if TYPE_CHECKING:
     from app.widgets.charts import LargestTensorsChart, SessionSizeChart
 
 
+WARNINGS_SHOWN = 2
+"""Plan warnings written out under the facts; the rest are counted."""
+PLOT_HEIGHT = 100
+"""The charts' least plot height here: at 1024x700 they share the tab with both tables."""
+
+
 def _sizes_chart() -> SessionSizeChart:
     from app.widgets.charts import SessionSizeChart
 
-    return SessionSizeChart()
+    chart = SessionSizeChart()
+    chart.plot.setMinimumHeight(PLOT_HEIGHT)
+    return chart
 
 
 def _tensors_chart() -> LargestTensorsChart:
     from app.widgets.charts import LargestTensorsChart
 
-    return LargestTensorsChart()
+    chart = LargestTensorsChart()
+    chart.plot.setMinimumHeight(PLOT_HEIGHT)
+    return chart
 
 
 class PreviewPanel(QWidget):
@@ -57,12 +65,16 @@ class PreviewPanel(QWidget):
         self._sizes = Deferred(_sizes_chart)
         self._tensors = Deferred(_tensors_chart)
         self.splits = read_only_table(
-            ["Session", "Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"], stretch=6
+            ["Session", "Tensor", "Storage", "Unsplit", "Pieces", "Bytes each", "How"],
+            stretch=6,
+            rows="prefer",
         )
-        self.readiness = read_only_table(["Session", "Graph capture", "Why"], stretch=2)
-        self.readiness.setWordWrap(True)
-        self.warnings = QListWidget()
-        self.warnings.setWordWrap(True)
+        # Every session's row shows (the decoder's first): at most a handful, and the reason
+        # capture is off is what the box is for.
+        self.readiness = read_only_table(["Session", "Graph capture", "Why"], stretch=2, rows="all")
+        # Plan warnings are few and short: read under the facts, not in a box of their own.
+        self.warnings = MessageLabel()
+        self.warnings.setAccessibleName("Warnings")
 
         charts = QSplitter(Qt.Orientation.Horizontal)
         charts.addWidget(self._sizes)
@@ -72,24 +84,17 @@ class PreviewPanel(QWidget):
         split_box.setToolTip(
             "What is split to fit the buffer limit, into how many pieces, bytes each"
         )
-        right = QSplitter(Qt.Orientation.Vertical)
         capture_box = _boxed("Graph capture", self.readiness)
         capture_box.setToolTip("Graph-capture readiness per session, and why")
-        right.addWidget(capture_box)
-        right.addWidget(_boxed("Warnings", self.warnings))
-        tables = QSplitter(Qt.Orientation.Horizontal)
-        tables.addWidget(split_box)
-        tables.addWidget(right)
-        tables.setSizes([600, 400])
-        body = QSplitter(Qt.Orientation.Vertical)
-        body.addWidget(charts)
-        body.addWidget(tables)
-        body.setSizes([400, 330])
 
         layout = QVBoxLayout(self)
+        layout.setSpacing(4)
         layout.addWidget(self.title)
         layout.addWidget(self.facts)
-        layout.addWidget(body, 1)
+        layout.addWidget(self.warnings)
+        layout.addWidget(charts, 1)  # what the tables leave
+        layout.addWidget(split_box, 0)
+        layout.addWidget(capture_box, 0)
 
     @property
     def sizes(self) -> SessionSizeChart:
@@ -114,13 +119,18 @@ class PreviewPanel(QWidget):
             self._redraw(self.data)
         super().showEvent(event)
 
+    def _show_warnings(self, warnings: tuple[str, ...]) -> None:
+        self.warnings.say(_warning_lines(warnings), "warning")
+        self.warnings.setToolTip("\n".join(warnings))
+        self.warnings.setVisible(bool(warnings))
+
     def _redraw(self, data: PreviewData | None) -> None:
         if data is None:
             self.title.setText("No preview: the current options cannot be planned")
             self.facts.setText("")
             for table in (self.splits, self.readiness):
                 table.setRowCount(0)
-            self.warnings.clear()
+            self._show_warnings(())
             if self._sizes.ready:  # nothing to draw: no reason to make the charts now
                 self.sizes.set_sessions(())
                 self.tensors.set_tensors((), None, None)
@@ -161,17 +171,34 @@ class PreviewPanel(QWidget):
             self.readiness,
             [(r.session, r.text, "\n".join(r.reasons)) for r in data.readiness],
             [status_color(r.status, self.palette()) for r in data.readiness],
-            ["\n".join(r.reasons) + f"\n(source: {r.source})" for r in data.readiness],
+            [r.tooltip for r in data.readiness],
         )
-        self.readiness.resizeRowsToContents()
-        self.warnings.clear()
-        self.warnings.addItems(list(data.warnings) or ["No warnings."])
+        self._show_warnings(data.warnings)
         self.drawn.emit()
 
 
-def _boxed(title: str, widget: QWidget) -> QGroupBox:
-    box = QGroupBox(title)
-    layout = QHBoxLayout(box)
-    layout.setContentsMargins(4, 4, 4, 4)
+def _warning_lines(warnings: tuple[str, ...]) -> str:
+    """The first :data:`WARNINGS_SHOWN` warnings, then how many more (all are in the
+    tooltip): a plan can warn about every weight under a very low buffer limit."""
+    lines = [f"⚠ {w}" for w in warnings[:WARNINGS_SHOWN]]
+    more = len(warnings) - WARNINGS_SHOWN
+    if more > 0:
+        lines.append(f"⚠ and {more} more (hover here to read them all)")
+    return "\n".join(lines)
+
+
+def _boxed(title: str, widget: QWidget) -> QWidget:
+    """``widget`` under a bold title: a group box's frame and margins cost the charts
+    the height of a bar at 1024x700."""
+    box = QWidget()
+    label = QLabel(title)
+    label.setBuddy(widget)
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(2)
+    layout.addWidget(label)
     layout.addWidget(widget)
     return box
