@@ -194,9 +194,11 @@ class MainWindow(QMainWindow):
         if self.painted:
             return
         self.painted = True
+        # Said before the preview's worker starts: that thread imports the engine (numpy),
+        # and on a busy machine it could do so before a later emit reached its listeners.
+        self.firstPainted.emit()
         self.previewer.request()
         QTimer.singleShot(300, self, lambda: start_warm_up(self, self._warmed_up))
-        self.firstPainted.emit()
 
     def _warmed_up(self) -> None:
         self.warmed_up = True
