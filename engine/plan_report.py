@@ -48,7 +48,7 @@ def render_plan(plan: ExportPlan, top: int = 12) -> str:
                 each = max(p.largest_buffer for p in w.pieces)
                 split = f"{len(w.pieces)} pieces, largest buffer {format_bytes(each)}"
             elif w.exceeds:
-                split = "OVER LIMIT: " + ", ".join(w.exceeds)
+                split = "over the limit: " + ", ".join(w.exceeds)
             if w.k_slices > 1:
                 slices = f"K in {w.k_slices} slices (split-K MatMul)"
                 split = f"{split}; {slices}" if split else slices

@@ -221,7 +221,12 @@ def run_bench(
         total_runs = config.warmup + config.repeats
         for i in range(total_runs):
             timed = i >= config.warmup
-            step = f"{'run' if timed else 'warm-up'} {i + 1}/{total_runs}"
+            # Each kind counted on its own: --repeats 2 reads "run 1/2, run 2/2".
+            step = (
+                f"run {i - config.warmup + 1}/{config.repeats}"
+                if timed
+                else f"warm-up {i + 1}/{config.warmup}"
+            )
             progress(0.1 + 0.9 * i / total_runs, step)
             session.run(timed, cancel)
         reference = session.runs[0]

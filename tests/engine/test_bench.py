@@ -105,6 +105,14 @@ def test_interleaved_settings_each_get_a_record_or_an_error(package: Path):
     assert "round 1/3" in seen and seen[-1] == "done"
 
 
+def test_progress_counts_warm_up_and_timed_runs_each_on_their_own(package: Path):
+    said: list[str] = []
+    config = BenchConfig(prompt_length=4, new_tokens=2, repeats=2, warmup=1)
+    run_bench(package, config, progress=lambda _, message: said.append(message))
+    steps = [m for m in said if m.startswith(("run", "warm-up"))]
+    assert steps == ["warm-up 1/1", "run 1/2", "run 2/2"]
+
+
 def test_bench_prompt_is_seeded_and_in_range():
     a = bench_prompt(512, 64, seed=1)
     assert a == bench_prompt(512, 64, seed=1) != bench_prompt(512, 64, seed=2)
