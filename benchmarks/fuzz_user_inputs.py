@@ -337,22 +337,24 @@ def prepare_package_files(rng: random.Random, base: UserBase, folder: Path, case
 
 def must_fail(case: Case) -> str:
     """Why this case's command may not succeed ('' when it may): a damaged package file
-    that the command reads."""
+    that the command needs. A manifest may be missing (another exporter's package has
+    none); bench runs token ids, so it needs no tokenizer; verify vouches for genai running
+    text, so it needs both tokenizer files."""
     if case.kind != "package_files" or not case.mutations:
         return ""
     mutation = case.mutations[0]
     name = mutation.split(" ", 1)[0]
-    reads: dict[str, tuple[str, ...]] = {
-        "audit": (".onnx", "genai_config.json"),
-        "bench": (".onnx", ".onnx.data", "genai_config.json", "export_studio.json"),
-        "verify": (".onnx", ".onnx.data", "genai_config.json", "export_studio.json"),
-    }
+    graph = (".onnx", "genai_config.json")
+    weights = (".onnx.data",)
+    manifest = () if mutation.endswith("removed") else ("export_studio.json",)
+    tokenizer = ("tokenizer.json", "tokenizer_config.json")
     command = case.argv[0]
-    if command == "audit" and "--no-placement" not in case.argv:
-        reads["audit"] = (".onnx", ".onnx.data", "genai_config.json")
-    if "--runtime" in case.argv or (command == "verify" and "tokenizer" in name):
-        reads[command] += ("tokenizer.json",)
-    if name.endswith(reads.get(command, ())):
+    needs = {
+        "audit": graph if "--no-placement" in case.argv else graph + weights,
+        "bench": graph + weights + manifest,
+        "verify": graph + weights + manifest + tokenizer,
+    }.get(command, ())
+    if name.endswith(needs):
         return f"{command} succeeded on a package whose {mutation}"
     return ""
 

@@ -25,6 +25,26 @@ from engine.runtime.limits import check_lengths, check_seed
 from engine.runtime.package import Package, open_package
 from engine.runtime.session import one_line, require_provider
 
+
+def check_package_tokenizer(pkg: Package) -> None:
+    """The package's tokenizer files load as onnxruntime-genai needs them: a PASS vouches
+    for a package genai can run text through, whatever token ids the comparison uses.
+
+    Raises:
+        PackageError: No tokenizer.json.
+        SpecError: A tokenizer file that is damaged or does not fit the vocabulary.
+    """
+    from engine.tokenizer_files import check_tokenizer_files
+
+    if not (pkg.path / "tokenizer.json").is_file():
+        raise PackageError(
+            f"{pkg.path} has no tokenizer.json, so onnxruntime-genai cannot run text through "
+            "it: copy tokenizer.json and tokenizer_config.json from the checkpoint into the "
+            "package, or export it from a checkpoint that has them"
+        )
+    check_tokenizer_files(pkg.path, pkg.vocab_size)
+
+
 NO_TRANSFORMERS = (
     'verify needs torch and transformers: pip install "export-studio[studio]" (it pins '
     "torch 2.13.0 and transformers 5.24.0; a looser torch can pull a CUDA build of several GB)"
@@ -194,6 +214,7 @@ def verify(
             f"the package's vocabulary ({pkg.vocab_size}) differs from the checkpoint's "
             f"({spec.vocab_size}); verify the package against the model it was exported from"
         )
+    check_package_tokenizer(pkg)
     ids = list(prompt) if prompt is not None else bench_prompt(spec.vocab_size, prompt_length, seed)
     progress(0.0, "running transformers")
     ref_tokens, ref_logits = reference_greedy(model_dir, ids, steps, progress, cancel)

@@ -104,3 +104,26 @@ def test_verify_cli_without_a_checkpoint_is_a_clear_error(made, tmp_path: Path):
     result = cli("verify", str(made["fp32"]), "--model", str(tmp_path), "--quiet")
     assert result.returncode == 2 and "has no config.json" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["removed", "truncated", "config removed"])
+def test_verify_does_not_pass_a_package_whose_tokenizer_genai_cannot_load(
+    made, tmp_path: Path, damage: str
+):
+    """A PASS vouches for a package genai can run text through: a broken or missing
+    tokenizer is refused before transformers runs, naming the file."""
+    import shutil
+
+    package = tmp_path / "pkg"
+    shutil.copytree(made["fp32"], package)
+    tokenizer = package / "tokenizer.json"
+    if damage == "removed":
+        tokenizer.unlink()
+    elif damage == "truncated":
+        tokenizer.write_bytes(tokenizer.read_bytes()[: tokenizer.stat().st_size // 2])
+    else:
+        (package / "tokenizer_config.json").unlink()
+    result = cli("verify", str(package), "--model", str(made["model"]), "--steps", "2", "--quiet")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "tokenizer" in line and "verdict" not in result.stdout, line
