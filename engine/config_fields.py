@@ -84,3 +84,31 @@ def positive(fields: ConfigFields, key: str, default: Any = None) -> int:
     if value < 1:
         raise SpecError(f"{fields.origin}: field '{key}' must be at least 1, got {value}")
     return int(value)
+
+
+def token_ids(vocab: int, *sources: ConfigFields) -> tuple[int | None, tuple[int, ...], int | None]:
+    """``bos_token_id``, the ``eos_token_id`` list and ``pad_token_id``, each from the first
+    of ``sources`` that sets it, checked against the vocabulary."""
+
+    def first(key: str) -> tuple[Any, ConfigFields]:
+        for src in sources:
+            if src.data.get(key) is not None:
+                return src.data[key], src
+        return None, sources[0]
+
+    def token(key: str, value: Any, where: ConfigFields) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise where.error(key, f"must be a token id (a whole number), got {value!r}")
+        if not 0 <= value < vocab:
+            raise where.error(key, f"is {value}, outside the vocabulary (0 to {vocab - 1})")
+        return value
+
+    bos, bos_src = first("bos_token_id")
+    eos, eos_src = first("eos_token_id")
+    pad, pad_src = first("pad_token_id")
+    eos_list = eos if isinstance(eos, list) else [eos] if eos is not None else []
+    return (
+        token("bos_token_id", bos, bos_src) if bos is not None else None,
+        tuple(token("eos_token_id", e, eos_src) for e in eos_list),
+        token("pad_token_id", pad, pad_src) if pad is not None else None,
+    )

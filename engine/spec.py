@@ -248,11 +248,18 @@ class MultimodalTokens:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything the planner and builders need to know about a Gemma 4 text decoder."""
+    """Everything the planner and builders need to know about a decoder-only language
+    model (plus the multimodal towers a checkpoint has), whatever its family: each family's
+    reader (``engine/models/<family>/config.py``) fills it from ``config.json``.
+
+    The fields a family may leave at their defaults describe what most decoders do not
+    have: per-layer embeddings (``ple_dim`` 0), a logit softcap, q/k/v norms, biases, towers.
+    """
 
     name: str
     model_type: str
-    """The text model's type, e.g. ``gemma4_text``."""
+    """The text model's type, e.g. ``gemma4_text`` or ``qwen3``: genai_config's
+    ``model.type`` for a text package."""
     source_model_type: str
     """The checkpoint's top-level ``model_type`` (``gemma4`` for multimodal checkpoints)."""
     vocab_size: int
@@ -282,6 +289,15 @@ class ModelSpec:
     vision: VisionSpec | None = None
     audio: AudioSpec | None = None
     tokens: MultimodalTokens | None = None
+    qk_norm: bool = False
+    """Each head's query and key go through an RMSNorm with a learnt scale before RoPE
+    (``q_norm`` / ``k_norm``: Qwen3, Gemma 3 and 4)."""
+    value_norm: bool = False
+    """Each head's value goes through a scale-free RMSNorm (Gemma 4's ``v_norm``)."""
+    qkv_bias: bool = False
+    """The q, k and v projections have biases (Qwen2, ``attention_bias``)."""
+    o_bias: bool = False
+    """The output projection has a bias (Llama's ``attention_bias`` sets both)."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -189,7 +189,7 @@ class ModelPanel(QGroupBox):
         self.cache_note.setText(
             f"{len(entries)} supported checkpoint(s) in the cache."
             if entries
-            else "No Gemma 4 checkpoints in the local cache (nothing is downloaded)."
+            else "No checkpoints of a supported family in the local cache (nothing is downloaded)."
         )
         self.cacheScanned.emit(len(entries))
 

@@ -260,18 +260,31 @@ class FusedLinear(Module):
     Args:
         in_features: The shared input width.
         parts: ``(sibling linear name, out_features)`` in output order; a name may repeat.
+        bias: The siblings have biases, fused the same way.
     """
 
-    def __init__(self, in_features: int, parts: list[tuple[str, int]]) -> None:
+    def __init__(
+        self, in_features: int, parts: list[tuple[str, int]], *, bias: bool = False
+    ) -> None:
         self.widths = tuple(width for _, width in parts)
         fused = tuple(
             LogicalWeight(f"{name}.weight", (width, in_features), "linear", source=f"{name}.weight")
             for name, width in parts
         )
         self.weight = Param((sum(self.widths), in_features), "linear", parts=fused)
+        self.bias = None
+        if bias:
+            biases = tuple(
+                LogicalWeight(f"{name}.bias", (width,), "bias", source=f"{name}.bias")
+                for name, width in parts
+            )
+            self.bias = Param((sum(self.widths),), "bias", parts=biases)
 
     def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
-        return linear(ctx, x, self.weight.name)
+        out = linear(ctx, x, self.weight.name)
+        if self.bias is not None:
+            out = ctx.op.Add(out, ctx.param(self.bias.name))
+        return out
 
 
 class GatedMLP(Module):

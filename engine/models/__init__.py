@@ -36,8 +36,9 @@ __all__ = [
 
 def _families() -> tuple[Family, ...]:
     from engine.models.gemma4 import FAMILY as GEMMA4
+    from engine.models.llama import FAMILY as LLAMA
 
-    return (GEMMA4,)
+    return (GEMMA4, LLAMA)
 
 
 def supported_model_types() -> tuple[str, ...]:

@@ -222,12 +222,12 @@ def test_hf_cache_scan_lists_supported_snapshots_only(
 ):
     cache = tmp_path / "hub"
     gemma = cache / "models--google--gemma-4-e2b-it" / "snapshots" / "0123456789abcdef"
-    llama = cache / "models--meta--llama" / "snapshots" / "fedcba"
+    llama = cache / "models--google--bert" / "snapshots" / "fedcba"
     for folder in (gemma, llama):
         folder.mkdir(parents=True)
     config = preset_config("gemma4-e2b")
     (gemma / "config.json").write_text(json.dumps(config))
-    (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (llama / "config.json").write_text(json.dumps({"model_type": "bert"}))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
 
     panel = window.model_panel

@@ -87,7 +87,7 @@ def test_multimodal_config_reads_nested_text_config():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model_type": "llama"}, "model type 'llama' is not supported"),
+        ({"model_type": "bert"}, "model type 'bert' is not supported"),
         ({"hidden_size": None}, "required field 'hidden_size' is missing"),
         ({"num_hidden_layers": "six"}, "'num_hidden_layers' must be a whole number, got 'six'"),
         ({"layer_types": ["sliding_attention"] * 5}, "'layer_types' has 5 entries"),
@@ -207,9 +207,9 @@ def test_configs_are_read_by_the_family_their_model_type_names(monkeypatch, tmp_
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "toy"}))
     spec = load_spec(tmp_path)
     assert spec.name == tmp_path.name and read == [(tmp_path.name, str(tmp_path / "config.json"))]
-    with pytest.raises(SpecError, match=r"^cfg: model type 'llama' is not supported "
+    with pytest.raises(SpecError, match=r"^cfg: model type 'bert' is not supported "
                        r"\(supported: gemma4, gemma4_text, toy\)$"):  # fmt: skip
-        spec_from_config({"model_type": "llama"}, origin="cfg")
+        spec_from_config({"model_type": "bert"}, origin="cfg")
     with pytest.raises(SpecError, match="'model_type' must be text, got 7"):
         spec_from_config({"model_type": 7}, origin="cfg")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.config_fields import MAX_LAYERS, ConfigFields
+from engine.config_fields import MAX_LAYERS, ConfigFields, token_ids
 from engine.errors import SpecError
 from engine.models.gemma4.tower_config import audio_spec, multimodal_tokens, vision_spec
 from engine.models.rope_config import read_rope
@@ -193,33 +193,6 @@ def _moe_spec(text: ConfigFields) -> MoeSpec | None:
     )
 
 
-def _token_ids(
-    vocab: int, *sources: ConfigFields
-) -> tuple[int | None, tuple[int, ...], int | None]:
-    def first(key: str) -> tuple[Any, ConfigFields]:
-        for src in sources:
-            if src.data.get(key) is not None:
-                return src.data[key], src
-        return None, sources[0]
-
-    def token(key: str, value: Any, where: ConfigFields) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise where.error(key, f"must be a token id (a whole number), got {value!r}")
-        if not 0 <= value < vocab:
-            raise where.error(key, f"is {value}, outside the vocabulary (0 to {vocab - 1})")
-        return value
-
-    bos, bos_src = first("bos_token_id")
-    eos, eos_src = first("eos_token_id")
-    pad, pad_src = first("pad_token_id")
-    eos_list = eos if isinstance(eos, list) else [eos] if eos is not None else []
-    return (
-        token("bos_token_id", bos, bos_src) if bos is not None else None,
-        tuple(token("eos_token_id", e, eos_src) for e in eos_list),
-        token("pad_token_id", pad, pad_src) if pad is not None else None,
-    )
-
-
 def read_spec(
     config: Mapping[str, Any], name: str = "model", origin: str = "config.json"
 ) -> ModelSpec:
@@ -320,7 +293,7 @@ def read_spec(
     # A multimodal checkpoint's top level says how generation ends (an -it model stops at
     # <turn|> too); its text_config keeps the text model's own ids.
     first, second = (top, text) if model_type == "gemma4" else (text, top)
-    bos, eos, pad = _token_ids(vocab, first, second)
+    bos, eos, pad = token_ids(vocab, first, second)
     softcap = text.optional("final_logit_softcapping", None, float)
     if softcap is not None and softcap < 0:
         raise text.error("final_logit_softcapping", f"must not be negative, got {softcap}")
@@ -362,5 +335,7 @@ def read_spec(
         vision=vision_spec(config, origin) if model_type == "gemma4" else None,
         audio=audio_spec(config, origin) if model_type == "gemma4" else None,
         tokens=multimodal_tokens(config, origin) if model_type == "gemma4" else None,
+        qk_norm=True,
+        value_norm=True,
         raw=dict(config),
     )

@@ -1,0 +1,330 @@
+"""The decoder pieces every family shares: self-attention over the KV cache (every
+lowering), the RoPE caches, the state the layers share while a graph is built, the KV and
+logits outputs, and the pre-norm decoder of Llama and the models shaped like it.
+
+A family's decoder is a tree of :class:`~engine.graph.modules.Module` objects laid out as
+its checkpoint stores the tensors. What differs between families is data in the spec
+(:class:`~engine.spec.ModelSpec`: q/k/v norms, biases, the attention scale, the activation,
+RoPE per attention kind); what differs in the layer's shape (Gemma 4's four norms, its
+per-layer inputs) is the family's own module, built from these.
+
+Session I/O follows onnxruntime-genai's names: ``input_ids`` (or ``inputs_embeds``),
+``attention_mask``, ``past_key_values.N.key/value`` -> ``logits``, ``present.N.key/value``,
+with one KV pair per layer that owns a cache (KV-shared layers read their producer's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from engine.graph import attention as attn
+from engine.graph import static_attention as sattn
+from engine.graph.components import embedding, lm_head, skip_rms_norm, softcap
+from engine.graph.context import BuildContext
+from engine.graph.modules import (
+    Embedding,
+    FusedLinear,
+    GatedMLP,
+    HeadNorm,
+    Linear,
+    Module,
+    Param,
+    RMSNorm,
+)
+from engine.logical import RopeTable
+from engine.options import ExportOptions
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
+
+
+class Attention(Module):
+    """Self-attention of one layer: q/k/v projections (with their biases and norms where
+    the spec has them), attention over the cache, o_proj.
+
+    ``static``: the static-buffer lowering (:mod:`engine.graph.static_attention`); a
+    KV-owning layer then projects q, k and v as one MatMul (``qkv_proj``) and norms their
+    heads at once (``qkv_norm``), in the fp32 of the attention core.
+    """
+
+    def __init__(self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False) -> None:
+        h, heads, dim = spec.hidden_size, spec.num_attention_heads, layer.head_dim
+        kv, kv_width = layer.num_kv_heads, layer.num_kv_heads * dim
+        bias = spec.qkv_bias
+        self._layer = layer
+        self._static = static
+        self._qk_norm = spec.qk_norm
+        self._value_norm = spec.value_norm
+        if static and layer.owns_kv:
+            value = "k_proj" if layer.k_eq_v else "v_proj"
+            self.qkv_proj = FusedLinear(
+                h, [("q_proj", heads * dim), ("k_proj", kv_width), (value, kv_width)], bias=bias
+            )
+            if spec.qk_norm:
+                groups: list[tuple[str | None, int]] = [("q_norm", heads), ("k_norm", kv)]
+                if spec.value_norm:
+                    groups.append((None, kv))
+                self.qkv_norm = HeadNorm(dim, groups, dtype=sattn.CORE_DTYPE)
+            elif spec.value_norm:
+                raise ValueError("a value norm without q/k norms is not lowered")
+        elif static:
+            self.q_proj = Linear(h, heads * dim, bias=bias)
+            if spec.qk_norm:
+                self.q_norm = RMSNorm(dim, dtype=sattn.CORE_DTYPE)
+        else:
+            self.q_proj = Linear(h, heads * dim, bias=bias)
+            if spec.qk_norm:
+                self.q_norm = RMSNorm(dim)
+            if layer.owns_kv:
+                self.k_proj = Linear(h, kv_width, bias=bias)
+                self.v_proj = None if layer.k_eq_v else Linear(h, kv_width, bias=bias)
+                if spec.qk_norm:
+                    self.k_norm = RMSNorm(dim)
+            if spec.value_norm:
+                self.v_norm = RMSNorm(dim, scale=False)
+        self.o_proj = Linear(heads * dim, h, bias=spec.o_bias)
+
+    def __call__(self, ctx: BuildContext, x: ir.Value, state: DecoderState) -> ir.Value:
+        if self._static:
+            return self.o_proj(ctx, self._static_attention(ctx, x, state))
+        op, spec, layer = ctx.op, ctx.spec, self._layer
+        heads, kv_heads, dim = spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+
+        def project(linear: Linear, count: int, norm: RMSNorm | None) -> tuple[ir.Value, bool]:
+            """The projection, as heads [B, S, count, D] when a norm will take it."""
+            out = linear(ctx, x)
+            if norm is None:
+                return out, False
+            return op.Reshape(out, ctx.ints([0, 0, count, dim])), True
+
+        def finish(value: ir.Value, heads: bool, count: int, norm: RMSNorm | None) -> ir.Value:
+            """Through the per-head norm (if any), flat again: [B, S, count * D]."""
+            if norm is not None:
+                if not heads:
+                    value = op.Reshape(value, ctx.ints([0, 0, count, dim]))
+                value, heads = norm(ctx, value), True
+            return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
+
+        q_norm = self._norm("q_norm")
+        query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
+        key = value = None
+        if layer.owns_kv:
+            k_norm, v_norm = self._norm("k_norm"), self._norm("v_norm")
+            key_raw = project(self.k_proj, kv_heads, k_norm)
+            value_raw = key_raw if self.v_proj is None else project(self.v_proj, kv_heads, v_norm)
+            key = finish(*key_raw, kv_heads, k_norm)
+            value = finish(*value_raw, kv_heads, v_norm)
+            past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
+        else:
+            # Attend to the producer's full present KV; this layer adds nothing to it.
+            past_key, past_value = state.presents[layer.kv_source]
+        lower = attn.gqa if state.use_gqa else attn.standard
+        out, present_key, present_value = lower(
+            ctx, layer, state.inputs, query, key, value, past_key, past_value
+        )
+        if layer.owns_kv:
+            state.presents[layer.index] = (present_key, present_value)
+        return self.o_proj(ctx, out)
+
+    def _norm(self, name: str) -> RMSNorm | None:
+        norm = getattr(self, name, None)
+        return norm if isinstance(norm, RMSNorm) else None
+
+    def _static_attention(self, ctx: BuildContext, x: ir.Value, state: DecoderState) -> ir.Value:
+        op, layer = ctx.op, self._layer
+        inputs = state.static
+        assert inputs is not None
+        heads, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
+        if layer.owns_kv:
+            qkv = op.Reshape(self.qkv_proj(ctx, x), ctx.ints([0, 0, heads + 2 * kv, dim]))
+            qkv = sattn.to_core(ctx, qkv)
+            if self._qk_norm and self._value_norm:
+                qkv = self.qkv_norm(ctx, qkv)
+            elif self._qk_norm:  # q and k normed, v as projected
+                qk, value = op.Split(qkv, ctx.ints([heads + kv, kv]), axis=2, _outputs=2)
+                qkv = op.Concat(self.qkv_norm(ctx, qk), value, axis=2)
+            past_key, past_value = state.past[ctx.spec.kv_cache_index(layer.index)]
+            out, present_key, present_value = sattn.owner(
+                ctx, layer, inputs, qkv, past_key, past_value
+            )
+            state.presents[layer.index] = (present_key, present_value)
+            return out
+        query = sattn.to_core(ctx, op.Reshape(self.q_proj(ctx, x), ctx.ints([0, 0, heads, dim])))
+        if self._qk_norm:
+            query = self.q_norm(ctx, query)
+        query = sattn.shared_query(ctx, layer, inputs, query)
+        return sattn.attend(ctx, layer, inputs, query, layer.kv_source)
+
+
+class RopeCaches(Module):
+    """cos / sin caches per attention kind: computed, not read; ``dtype`` as :class:`Param`.
+
+    ``rotated_only``: keep just the columns of the frequency pairs that rotate (a quarter
+    of a proportional-RoPE full layer's); the graph pads the rows it gathers.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        max_length: int,
+        dtype: str | None = None,
+        *,
+        rotated_only: bool = False,
+    ) -> None:
+        for kind in attention_kinds(spec):
+            head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
+            rope = spec.rope[kind]
+            cols = rope.rotated_pairs(head_dim) if rotated_only else head_dim // 2
+            setattr(self, kind, _CosSin(rope, head_dim, max_length, cols, dtype))
+
+
+def rope_caches(spec: ModelSpec, options: ExportOptions, max_length: int) -> RopeCaches:
+    """The caches the decoder's attention lowering reads: on static buffers fp32 and only
+    the rotated columns (fp16's bytes, fp32's precision), else full width in the package's
+    dtype."""
+    if attn.uses_static_buffers(spec, options):
+        return RopeCaches(spec, max_length, sattn.CORE_DTYPE, rotated_only=True)
+    return RopeCaches(spec, max_length)
+
+
+class _CosSin(Module):
+    def __init__(
+        self, rope: RopeSpec, head_dim: int, rows: int, cols: int, dtype: str | None
+    ) -> None:
+        shape = (rows, cols)
+        cos, sin = (RopeTable(rope, head_dim, part) for part in ("cos", "sin"))
+        self.cos_cache = Param(shape, "rope_cache", computed=cos, dtype=dtype)
+        self.sin_cache = Param(shape, "rope_cache", computed=sin, dtype=dtype)
+
+
+def attention_kinds(spec: ModelSpec) -> list[AttentionKind]:
+    """The attention kinds present, in first-use order."""
+    kinds: list[AttentionKind] = []
+    for layer in spec.layers:
+        if layer.attention not in kinds:
+            kinds.append(layer.attention)
+    return kinds
+
+
+def index_dtype(ctx: BuildContext) -> ir.DataType:
+    """The dtype of ids and masks: int64, or int32 where the EP keeps no int64 on the device."""
+    return ir.DataType.INT64 if ctx.caps.int64_on_device else ir.DataType.INT32
+
+
+def outputs(ctx: BuildContext, logits: ir.Value, state: DecoderState) -> None:
+    """The decoder's outputs: ``logits`` and each KV-owning layer's present key and value."""
+    spec = ctx.spec
+    ctx.output(logits, "logits", ctx.dtype, ["batch_size", "sequence_length", spec.vocab_size])
+    for cache, layer_spec in enumerate(spec.kv_layers):
+        key, value = state.presents[layer_spec.index]
+        kv_shape: list[int | str] = [
+            "batch_size",
+            layer_spec.num_kv_heads,
+            "total_sequence_length",
+            layer_spec.head_dim,
+        ]
+        ctx.output(key, f"present.{cache}.key", state.kv_dtype, kv_shape)
+        ctx.output(value, f"present.{cache}.value", state.kv_dtype, kv_shape)
+
+
+@dataclass
+class DecoderState:
+    """What the layers share while the decoder graph is built: attention inputs, the
+    past KV inputs and the present KV each owning layer produced."""
+
+    inputs: attn.AttentionInputs
+    past: list[tuple[ir.Value, ir.Value]]
+    presents: dict[int, tuple[ir.Value, ir.Value]]
+    use_gqa: bool
+    static: sattn.StaticInputs | None
+    kv_dtype: ir.DataType
+
+    def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
+        spec = ctx.spec
+        self.use_gqa = ctx.plan.uses_gqa
+        static_kv = self.use_gqa and ctx.caps.explicit_attention_over_cache
+        self.kv_dtype = sattn.KV_DTYPE if static_kv else ctx.dtype
+        self.past = []
+        for cache, layer in enumerate(spec.kv_layers):
+            shape: list[int | str] = [
+                "batch_size",
+                layer.num_kv_heads,
+                "past_sequence_length",
+                layer.head_dim,
+            ]
+            self.past.append(
+                (
+                    ctx.input(f"past_key_values.{cache}.key", self.kv_dtype, shape),
+                    ctx.input(f"past_key_values.{cache}.value", self.kv_dtype, shape),
+                )
+            )
+        self.presents = {}
+        self.static = None
+        if static_kv:
+            self.inputs = attn.AttentionInputs(input_ids=tokens)
+            rope = {kind: attn.rope_caches(ctx, kind) for kind in attention_kinds(spec)}
+            positions = attn.query_positions(ctx, tokens, attention_mask)
+            self.static = sattn.static_inputs(ctx, positions, rope)
+            return
+        make_inputs = attn.gqa_inputs if self.use_gqa else attn.standard_inputs
+        self.inputs = make_inputs(ctx, tokens, attention_mask)
+
+
+# ------------------------------------------------------------------------------ pre-norm decoder
+
+
+class DecoderLayer(Module):
+    """A pre-norm decoder layer: ``h += attn(norm(h)); h += mlp(norm(h))`` (Llama,
+    Mistral, Qwen2 and Qwen3). The second norm and the first residual add are one fused
+    node where the EP has SkipSimplifiedLayerNormalization."""
+
+    def __init__(
+        self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
+    ) -> None:
+        h = spec.hidden_size
+        self.input_layernorm = RMSNorm(h)
+        self.self_attn = Attention(spec, layer, static=static)
+        self.post_attention_layernorm = RMSNorm(h)
+        self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
+
+    def __call__(self, ctx: BuildContext, hidden: ir.Value, state: DecoderState) -> ir.Value:
+        out = self.self_attn(ctx, self.input_layernorm(ctx, hidden), state)
+        norm = self.post_attention_layernorm
+        assert norm.weight is not None
+        x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
+        return ctx.op.Add(hidden, self.mlp(ctx, x))
+
+
+class CausalDecoder(Module):
+    """The decoder session of a pre-norm decoder (``LlamaForCausalLM``'s layout): token
+    embedding, layers, final norm, LM head (tied to the embedding or its own)."""
+
+    def __init__(
+        self, spec: ModelSpec, max_length: int, *, options: ExportOptions | None = None
+    ) -> None:
+        h = spec.hidden_size
+        options = (options or ExportOptions()).resolve()
+        static_kv = attn.uses_static_buffers(spec, options)
+        fuse = options.caps.fuse_projections
+        self.embed_tokens = Embedding(spec.vocab_size, h)
+        self.layers = [
+            DecoderLayer(spec, layer, static=static_kv, fuse=fuse) for layer in spec.layers
+        ]
+        self.norm = RMSNorm(h)
+        if not spec.tie_word_embeddings:
+            self.lm_head = Embedding(spec.vocab_size, h, role="lm_head").at("lm_head.")
+        self.rope = rope_caches(spec, options, max_length)
+
+    def build(self, ctx: BuildContext) -> None:
+        """Inputs, layers and outputs of the decoder graph."""
+        dtype = index_dtype(ctx)
+        ids = ctx.input("input_ids", dtype, ["batch_size", "sequence_length"])
+        hidden = embedding(ctx, ids, self.embed_tokens.weight.name)
+        mask = ctx.input("attention_mask", dtype, ["batch_size", "total_sequence_length"])
+        state = DecoderState(ctx, mask, ids)
+        for layer in self.layers:
+            hidden = layer(ctx, hidden, state)
+        logits = lm_head(ctx, self.norm(ctx, hidden))
+        if ctx.spec.final_logit_softcapping:
+            logits = softcap(ctx, logits, ctx.spec.final_logit_softcapping)
+        outputs(ctx, logits, state)

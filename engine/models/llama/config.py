@@ -1,0 +1,216 @@
+"""The ``config.json`` of Llama and the decoders shaped like it (Mistral, Qwen2 / Qwen2.5,
+Qwen3) into a :class:`~engine.spec.ModelSpec`.
+
+They share one layer (pre-norm attention and a gated MLP) and differ in data, which each
+type's :class:`Variant` says: Qwen2's q/k/v biases, Qwen3's q/k norms, where a sliding
+window applies. Both RoPE formats are read: transformers 5's ``rope_parameters`` and the
+``rope_theta`` / ``rope_scaling`` pair published checkpoints carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.config_fields import MAX_LAYERS, ConfigFields, token_ids
+from engine.errors import SpecError
+from engine.graph.components import ACTIVATIONS
+from engine.models.rope_config import read_rope
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeKind, RopeSpec
+
+ROPE_TYPES: tuple[RopeKind, ...] = ("default", "linear", "llama3", "yarn")
+"""The rope types these decoders' checkpoints use that the graphs lower."""
+
+DEFAULT_THETA = 10_000.0
+"""transformers' ``rope_theta`` when a config names none."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one ``model_type`` of the family does differently (transformers' defaults)."""
+
+    qkv_bias: Literal["never", "always", "attention_bias"]
+    """Biases on q/k/v: Qwen2 always has them; Llama and Qwen3 when ``attention_bias``."""
+    o_bias: bool
+    """``attention_bias`` also biases o_proj (Llama, Qwen3; not Qwen2)."""
+    qk_norm: bool
+    sliding: Literal["never", "all", "qwen"]
+    """Where ``sliding_window`` applies: nowhere, every layer (Mistral), or Qwen's
+    ``use_sliding_window`` above ``max_window_layers`` (or its ``layer_types``)."""
+    head_dim: int | None = None
+    """The default ``head_dim``; None: hidden_size / num_attention_heads."""
+    max_positions: int = 2048
+    window: int | None = None
+    """The ``sliding_window`` of a config that leaves the field out (``null`` is none)."""
+
+
+VARIANTS: dict[str, Variant] = {
+    "llama": Variant("attention_bias", True, False, "never"),
+    "mistral": Variant("never", False, False, "all", max_positions=4096 * 32, window=4096),
+    "qwen2": Variant("always", False, False, "qwen", max_positions=32_768, window=4096),
+    "qwen3": Variant(
+        "attention_bias", True, True, "qwen", head_dim=128, max_positions=32_768, window=4096
+    ),
+}
+MODEL_TYPES = tuple(VARIANTS)
+
+_LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
+    "sliding_attention": "sliding",
+    "full_attention": "full",
+}
+
+
+def read_spec(
+    config: Mapping[str, Any], name: str = "model", origin: str = "config.json"
+) -> ModelSpec:
+    """Read a Llama, Mistral, Qwen2 or Qwen3 config into a :class:`ModelSpec`.
+
+    Called through :func:`engine.models.spec_from_config`: ``config["model_type"]`` is one
+    of :data:`MODEL_TYPES`.
+    """
+    fields = ConfigFields(config, origin)
+    model_type = str(config["model_type"])
+    variant = VARIANTS[model_type]
+    activation = fields.optional("hidden_act", "silu", str)
+    if activation not in ACTIVATIONS:
+        raise SpecError(
+            f"{origin}: hidden_act '{activation}' is not supported "
+            f"(supported: {', '.join(ACTIVATIONS)})"
+        )
+    if fields.optional("mlp_bias", False, bool):
+        raise SpecError(f"{origin}: mlp_bias=true is not supported (no Llama release uses it)")
+    num_layers = fields.required("num_hidden_layers", least=1)
+    if num_layers > MAX_LAYERS:
+        raise fields.error(
+            "num_hidden_layers", f"is {num_layers:,}; the engine exports at most {MAX_LAYERS}"
+        )
+    hidden = fields.required("hidden_size", least=1)
+    num_heads = fields.required("num_attention_heads", least=1)
+    num_kv_heads = fields.optional("num_key_value_heads", num_heads, least=1)
+    if num_heads % num_kv_heads:
+        raise SpecError(
+            f"{origin}: num_key_value_heads ({num_kv_heads}) does not divide "
+            f"num_attention_heads ({num_heads})"
+        )
+    default_head = variant.head_dim
+    if default_head is None:
+        if hidden % num_heads:
+            raise SpecError(
+                f"{origin}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                f"({num_heads}); set head_dim"
+            )
+        default_head = hidden // num_heads
+    raw_head = config.get("head_dim")
+    head_dim = fields.head_dim("head_dim", default_head if raw_head is None else raw_head)
+    intermediate = fields.required("intermediate_size", least=1)
+    vocab = fields.required("vocab_size", least=1)
+    max_positions = fields.optional("max_position_embeddings", variant.max_positions, least=2)
+    kinds, window = _layer_kinds(fields, variant, num_layers)
+    attention_bias = fields.optional("attention_bias", False, bool)
+    qkv_bias = variant.qkv_bias == "always" or (
+        variant.qkv_bias == "attention_bias" and attention_bias
+    )
+    layers = tuple(
+        LayerSpec(
+            index=index,
+            attention=kind,
+            head_dim=head_dim,
+            num_kv_heads=num_kv_heads,
+            intermediate_size=intermediate,
+            kv_source=index,
+        )
+        for index, kind in enumerate(kinds)
+    )
+    rope = _rope(fields, max_positions)
+    bos, eos, pad = token_ids(vocab, fields)
+    eps = fields.optional("rms_norm_eps", 1e-6, float)
+    if eps < 0:
+        raise fields.error("rms_norm_eps", f"must not be negative, got {eps}")
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        source_model_type=model_type,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_attention_heads=num_heads,
+        layers=layers,
+        rope={kind: rope for kind in dict.fromkeys(kinds)},
+        sliding_window=window,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=eps,
+        hidden_activation=activation,
+        final_logit_softcapping=None,
+        tie_word_embeddings=fields.optional("tie_word_embeddings", False, bool),
+        ple_dim=0,
+        ple_vocab_size=0,
+        bos_token_id=bos,
+        eos_token_ids=eos,
+        pad_token_id=pad,
+        weight_prefix="model.",
+        source_dtype=str(dtype),
+        qk_norm=variant.qk_norm,
+        qkv_bias=qkv_bias,
+        o_bias=variant.o_bias and attention_bias,
+        raw=dict(config),
+    )
+
+
+def _layer_kinds(
+    fields: ConfigFields, variant: Variant, num_layers: int
+) -> tuple[list[AttentionKind], int]:
+    """Each layer's attention kind and the window of the sliding ones (0 when none is)."""
+    window = variant.window
+    if "sliding_window" in fields.data:
+        window = fields.optional("sliding_window", None, least=1)
+    if variant.sliding == "qwen" and not fields.optional("use_sliding_window", False, bool):
+        window = None  # transformers drops the window unless use_sliding_window
+    if variant.sliding == "never" or window is None:
+        return ["full"] * num_layers, 0
+    if variant.sliding == "all":
+        return ["sliding"] * num_layers, window
+    raw = fields.data.get("layer_types")
+    if raw is None:
+        first = fields.optional("max_window_layers", 28)
+        return ["sliding" if i >= first else "full" for i in range(num_layers)], window
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise SpecError(f"{fields.origin}: 'layer_types' must be a list of names, got {raw!r}")
+    if len(raw) != num_layers:
+        raise SpecError(
+            f"{fields.origin}: 'layer_types' has {len(raw)} entries "
+            f"but num_hidden_layers is {num_layers}"
+        )
+    unknown = sorted({n for n in raw if n not in _LAYER_TYPE_NAMES})
+    if unknown:
+        raise SpecError(
+            f"{fields.origin}: unknown layer types {unknown} "
+            "(expected sliding_attention or full_attention)"
+        )
+    return [_LAYER_TYPE_NAMES[n] for n in raw], window
+
+
+def _rope(fields: ConfigFields, max_positions: int) -> RopeSpec:
+    """The one rotary embedding every layer uses, from either config format."""
+    params = fields.data.get("rope_parameters") or fields.data.get("rope_scaling") or {}
+    origin = f"{fields.origin} rope_parameters"
+    if not isinstance(params, Mapping):
+        raise SpecError(f"{origin} must be an object, got {params!r}")
+    nested = [key for key in params if key in _LAYER_TYPE_NAMES]
+    if nested:
+        entries = [params[key] for key in nested]
+        if any(entry != entries[0] for entry in entries):
+            raise SpecError(
+                f"{origin}: a different RoPE per layer type is not supported for this family"
+            )
+        params, origin = entries[0], f"{origin}['{nested[0]}']"
+        if not isinstance(params, Mapping):
+            raise SpecError(f"{origin} must be an object, got {params!r}")
+    entry = dict(params)
+    theta = fields.optional("rope_theta", DEFAULT_THETA, float)
+    entry.setdefault("rope_theta", theta)
+    if fields.data.get("partial_rotary_factor") is not None:
+        entry.setdefault("partial_rotary_factor", fields.data["partial_rotary_factor"])
+    if entry.get("rope_type", entry.get("type")) in ("llama3", "yarn", "longrope"):
+        entry.setdefault("original_max_position_embeddings", max_positions)
+    return read_rope(entry, origin, RopeSpec("default", theta), ROPE_TYPES)

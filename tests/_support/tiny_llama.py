@@ -1,0 +1,89 @@
+"""Tiny random Llama, Mistral, Qwen2 and Qwen3 checkpoints built offline with transformers.
+
+Odd widths on purpose (hidden 72, MLP 136, vocab 331): nothing may assume powers of two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests._support.tiny_gemma import make_tokenizer
+
+BASE: dict[str, Any] = dict(
+    vocab_size=331,
+    hidden_size=72,
+    intermediate_size=136,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    bos_token_id=2,
+    eos_token_id=1,
+    pad_token_id=0,
+    tie_word_embeddings=False,
+)
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    # Llama 3.2's shape: llama3 RoPE scaling, GQA, untied head.
+    "llama": dict(
+        model_type="llama",
+        rope_parameters=dict(
+            rope_type="llama3",
+            rope_theta=500_000.0,
+            factor=32.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=16,
+        ),
+    ),
+    # Llama with biases on every attention projection, MQA, a tied head.
+    "llama_bias_mqa": dict(
+        model_type="llama", attention_bias=True, num_key_value_heads=1, tie_word_embeddings=True
+    ),
+    # Qwen2.5: q/k/v biases, tied head, theta 1e6.
+    "qwen2": dict(
+        model_type="qwen2", tie_word_embeddings=True, rope_parameters=dict(rope_theta=1e6)
+    ),
+    # Qwen3: q/k norms, head_dim != hidden / heads.
+    "qwen3": dict(model_type="qwen3", head_dim=48, rope_parameters=dict(rope_theta=1e6)),
+    # Mistral v0.1: a sliding window on every layer, shorter than the runs.
+    "mistral": dict(model_type="mistral", sliding_window=8, num_key_value_heads=1),
+    # Qwen3 with sliding layers above max_window_layers (layer_types), window 8.
+    "qwen3_sliding": dict(
+        model_type="qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1
+    ),
+}
+
+_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
+
+
+def make_checkpoint(path: Path, name: str, seed: int = 0, **overrides: Any) -> Any:
+    """Save the seeded random model :data:`CONFIGS` names (float32) to ``path``, with a
+    tokenizer; returns the model. Weights are redrawn wider than transformers' init and
+    norms perturbed (biases too), so every parameter changes the logits."""
+    import torch
+    import transformers
+
+    settings = {**BASE, **CONFIGS[name], **overrides}
+    model_type = settings.pop("model_type")
+    config_class, model_class = (getattr(transformers, n) for n in _CLASSES[model_type])
+    torch.manual_seed(seed)
+    config = config_class(**settings)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if "norm" in param_name:
+                param.copy_(1.0 + 0.2 * torch.randn_like(param))
+            else:
+                param.normal_(0.0, 0.08)
+    model.save_pretrained(path)
+    make_tokenizer(path, config.vocab_size)
+    return model
