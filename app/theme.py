@@ -37,7 +37,7 @@ ROLE_COLORS = {
     "table": "#59A14F",  # Tableau green
     "conv": "#009E73",  # Okabe-Ito bluish green
     "clip": "#F0E442",  # Okabe-Ito yellow
-    "bias": "#117733",  # Tol muted green
+    "bias": "#332288",  # Tol indigo (apart from the embedding for protanopes in a Qwen2 decoder)
 }
 """One fill per weight role (``engine.logical.Role``), the same in every chart and package.
 

@@ -43,9 +43,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "llama_bias_mqa": dict(
         model_type="llama", attention_bias=True, num_key_value_heads=1, tie_word_embeddings=True
     ),
-    # Qwen2.5: q/k/v biases, tied head, theta 1e6.
+    # Qwen2.5: q/k/v biases, tied head, theta 1e6, no GQA (5 heads, 5 KV heads, head_dim
+    # from hidden / heads); hidden 80 = 5 blocks of 16, so the quantized tied head
+    # (MatMulNBits over the table's columns) has whole blocks.
     "qwen2": dict(
-        model_type="qwen2", tie_word_embeddings=True, rope_parameters=dict(rope_theta=1e6)
+        model_type="qwen2",
+        hidden_size=80,
+        num_attention_heads=5,
+        num_key_value_heads=5,
+        head_dim=None,
+        tie_word_embeddings=True,
+        rope_parameters=dict(rope_theta=1e6),
     ),
     # Qwen3: q/k norms, head_dim != hidden / heads.
     "qwen3": dict(model_type="qwen3", head_dim=48, rope_parameters=dict(rope_theta=1e6)),
@@ -73,6 +81,7 @@ def make_checkpoint(path: Path, name: str, seed: int = 0, **overrides: Any) -> A
     import transformers
 
     settings = {**BASE, **CONFIGS[name], **overrides}
+    settings = {key: value for key, value in settings.items() if value is not None}
     model_type = settings.pop("model_type")
     config_class, model_class = (getattr(transformers, n) for n in _CLASSES[model_type])
     torch.manual_seed(seed)

@@ -106,13 +106,25 @@ class Case:
     sliding_window: int
 
 
-@pytest.fixture(scope="module", params=["all_features", "k_eq_v", "mqa", "gemma4-tiny"])
+FAMILY_CASES = ("qwen3_sliding", "mistral")
+"""Other families' tiny checkpoints (tests/_support/tiny_llama.py): Qwen3's q/k norms with
+sliding and full layers, Mistral's one KV head with a window on every layer."""
+
+
+@pytest.fixture(
+    scope="module", params=["all_features", "k_eq_v", "mqa", "gemma4-tiny", *FAMILY_CASES]
+)
 def case(request, tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Case:
-    """WebGPU (fp32) and CPU (fp32) packages of one tiny Gemma 4."""
+    """WebGPU (fp32) and CPU (fp32) packages of one tiny model."""
     root = tmp_path_factory.mktemp(f"webgpu_{request.param}")
     if request.param == "gemma4-tiny":
         source: dict[str, Any] = {"preset": "gemma4-tiny"}
         common: dict[str, Any] = {"random_weights": True}
+    elif request.param in FAMILY_CASES:
+        from tests._support.tiny_llama import make_checkpoint
+
+        make_checkpoint(root / "checkpoint", request.param)
+        source, common = {"model_dir": root / "checkpoint"}, {}
     else:
         model_dir, _ = tiny_models.get(request.param)
         source, common = {"model_dir": model_dir}, {}

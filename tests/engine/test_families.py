@@ -1,0 +1,281 @@
+"""Llama, Mistral, Qwen2 and Qwen3 through the same stages as Gemma 4, exact against
+transformers' own forward of tiny random checkpoints (tests/_support/tiny_llama.py: odd
+widths, GQA and MQA, tied and untied heads, biases, q/k norms, llama3 RoPE, sliding
+windows shorter than the run), on every attention lowering, through onnxruntime-genai,
+and quantized against transformers running the package's dequantized weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.errors import SpecError
+from engine.models import family_for, spec_from_config
+from engine.options import ExportOptions
+from engine.pipeline import export
+from tests._support.ort_loop import ort_greedy
+from tests._support.quantized import dequantized_model, forced_logits, hf_forced_logits
+from tests._support.tiny_gemma import hf_greedy
+from tests._support.tiny_llama import BASE, CONFIGS, make_checkpoint
+from tests.engine.test_genai import genai_greedy
+
+PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
+STEPS = 24  # 36 positions: past every tiny sliding window (8)
+
+LOWERINGS = {
+    "cpu-gqa": dict(ep="cpu", attention="gqa"),  # GroupQueryAttention, int64 I/O
+    "cpu-standard": dict(ep="cpu", attention="standard"),  # plain ONNX ops, Concat-grown KV
+    "webgpu": dict(ep="webgpu"),  # static KV buffers, fp32 core, int32 I/O (on the CPU EP)
+}
+
+
+class Checkpoints:
+    """Each tiny checkpoint and transformers' greedy run of it, made once per module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[str, tuple[Path, Any, list[int], list[np.ndarray]]] = {}
+
+    def get(self, name: str) -> tuple[Path, Any, list[int], list[np.ndarray]]:
+        if name not in self._made:
+            path = self.root / name
+            model = make_checkpoint(path, name)
+            tokens, logits = hf_greedy(model, PROMPT, STEPS)
+            self._made[name] = (path, model, tokens, logits)
+        return self._made[name]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
+    return Checkpoints(tmp_path_factory.mktemp("families"))
+
+
+@pytest.mark.parametrize("lowering", sorted(LOWERINGS))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_fp32_package_matches_transformers_every_step(
+    checkpoints: Checkpoints, tmp_path: Path, name: str, lowering: str
+):
+    model_dir, _, ref_tokens, ref_logits = checkpoints.get(name)
+    out = tmp_path / "pkg"
+    result = export(
+        out, model_dir=model_dir, options=ExportOptions(dtype="fp32", **LOWERINGS[lowering])
+    )
+    assert result.plan.spec.model_type == CONFIGS[name]["model_type"]
+    tokens, logits = ort_greedy(out, PROMPT, STEPS)
+    diffs = [float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)]
+    assert max(diffs) <= 1e-4, f"max abs logit diff per step: {diffs}"
+    assert tokens == ref_tokens
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_genai_generates_transformers_tokens(checkpoints: Checkpoints, tmp_path: Path, name: str):
+    """onnxruntime-genai 0.18 loads the package under its family's ``model.type`` and
+    generates transformers' greedy tokens."""
+    model_dir, _, ref_tokens, _ = checkpoints.get(name)
+    out = tmp_path / "pkg"
+    export(out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32"))
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["type"] == CONFIGS[name]["model_type"]
+    assert genai_greedy(out, PROMPT, STEPS) == ref_tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "bits", "embedding_bits", "lowering"),
+    # qwen3 on WebGPU: 8-bit tables (its GatherBlockQuantized reads 4-bit rows only of an
+    # even block count; hidden 72 has 5 blocks of 16)
+    [("llama", 4, 4, "cpu-gqa"), ("qwen2", 8, 4, "cpu-gqa"), ("qwen3", 4, 8, "webgpu")],
+)
+def test_quantized_package_computes_its_dequantized_weights(
+    checkpoints: Checkpoints,
+    tmp_path: Path,
+    name: str,
+    bits: int,
+    embedding_bits: int,
+    lowering: str,
+):
+    """INT4 / INT8 weights (MatMulNBits, GatherBlockQuantized tables, a tied head reading the
+    embedding's bytes) equal transformers running the package's own dequantized weights."""
+    model_dir, model, ref_tokens, _ = checkpoints.get(name)
+    options = ExportOptions(
+        dtype="fp32",
+        weight_bits=bits,
+        embedding_bits=embedding_bits,
+        block_size=16,
+        accuracy_level=0,
+        **LOWERINGS[lowering],
+    )
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=model_dir, options=options)
+    assert any(wp.quantized for wp in result.plan.decoder.weights)
+    ours = forced_logits(out, PROMPT, ref_tokens)
+    theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, ref_tokens)
+    assert float(np.abs(ours - theirs).max()) <= 1e-4
+    # ... and it is quantized: the float model's logits are further away.
+    original = hf_forced_logits(model, PROMPT, ref_tokens)
+    assert float(np.abs(ours - original).max()) > 1e-3
+
+
+def test_the_fixtures_exercise_what_they_claim(checkpoints: Checkpoints):
+    """Guards for the tests above: the runs outlast the sliding windows, the llama3 RoPE
+    scaling moves the logits, biases and q/k norms are really in the checkpoints."""
+    for name in ("mistral", "qwen3_sliding"):
+        _, model, _, _ = checkpoints.get(name)
+        assert len(PROMPT) + STEPS > model.config.sliding_window
+        spec = spec_from_config(model.config.to_dict())
+        assert "sliding" in {layer.attention for layer in spec.layers}
+    _, llama, _, _ = checkpoints.get("llama")
+    spec = spec_from_config(llama.config.to_dict())
+    rope = spec.rope["full"]
+    assert rope.kind == "llama3"
+    plain = np.asarray(rope.inv_freq(32)) * 0 + 1 / 500_000.0 ** (np.arange(0, 32, 2) / 32)
+    assert not np.allclose(rope.inv_freq(32), plain)
+    _, qwen2, _, _ = checkpoints.get("qwen2")
+    assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
+    _, qwen3, _, _ = checkpoints.get("qwen3")
+    assert qwen3.model.layers[0].self_attn.q_norm.weight.shape == (48,)
+
+
+# ------------------------------------------------------------------------------ reading configs
+
+
+def _config(model_type: str, **changes: Any) -> dict[str, Any]:
+    config = {**BASE, "model_type": model_type, **changes}
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def test_each_type_is_read_with_transformers_defaults():
+    llama = spec_from_config(_config("llama", head_dim=None, attention_bias=True))
+    assert llama.layers[0].head_dim == 72 // 4 and llama.qkv_bias and llama.o_bias
+    assert not llama.qk_norm and {x.attention for x in llama.layers} == {"full"}
+    assert llama.layers[0].attention_scale == 18**-0.5
+    qwen2 = spec_from_config(_config("qwen2"))
+    assert qwen2.qkv_bias and not qwen2.o_bias
+    qwen3 = spec_from_config(_config("qwen3", head_dim=None))
+    assert qwen3.qk_norm and qwen3.layers[0].head_dim == 128  # Qwen3Config's default
+    # Mistral: a config without the field has transformers' 4096 window; null has none.
+    assert spec_from_config(_config("mistral")).sliding_window == 4096
+    assert spec_from_config(_config("mistral", sliding_window=None)).sliding_window == 4096
+    no_window = _config("mistral")
+    no_window["sliding_window"] = None
+    assert {x.attention for x in spec_from_config(no_window).layers} == {"full"}
+    # Qwen drops the window unless use_sliding_window.
+    assert {x.attention for x in spec_from_config(_config("qwen3", sliding_window=8)).layers} == {
+        "full"
+    }
+    assert family_for("qwen3").name == "llama"
+
+
+def test_published_rope_fields_are_read_as_transformers_reads_them():
+    """Hub checkpoints carry ``rope_theta`` and ``rope_scaling``; transformers 5 writes
+    ``rope_parameters``. Both give the same spec."""
+    scaling = dict(
+        rope_type="llama3",
+        factor=32.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
+    )
+    old = spec_from_config(_config("llama", rope_theta=500_000.0, rope_scaling=scaling))
+    new = spec_from_config(_config("llama", rope_parameters={**scaling, "rope_theta": 500_000.0}))
+    assert old.rope == new.rope and old.rope["full"].theta == 500_000.0
+    assert old.rope["full"].kind == "llama3"
+    plain = spec_from_config(_config("qwen2"))
+    assert plain.rope["full"].theta == 10_000.0 and plain.rope["full"].kind == "default"
+
+
+@pytest.mark.parametrize(
+    ("model_type", "changes", "message"),
+    [
+        ("llama", {"mlp_bias": True}, "mlp_bias=true is not supported"),
+        ("llama", {"num_key_value_heads": 3}, r"num_key_value_heads \(3\) does not divide"),
+        ("llama", {"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
+        (
+            "llama",
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]}},
+            "rope_type 'longrope' is not supported",
+        ),
+        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "'dynamic'"),
+        ("llama", {"head_dim": None, "hidden_size": 70}, "not a multiple of num_attention_heads"),
+        ("qwen3", {"head_dim": 33}, "'head_dim' must be even"),
+        ("qwen2", {"eos_token_id": 400}, "'eos_token_id' is 400, outside the vocabulary"),
+        (
+            "qwen3",
+            {"use_sliding_window": True, "sliding_window": 8, "layer_types": ["x"] * 3},
+            "unknown layer types",
+        ),
+    ],
+)
+def test_bad_configs_name_the_problem(model_type: str, changes: dict[str, Any], message: str):
+    with pytest.raises(SpecError, match=message):
+        spec_from_config(_config(model_type, **changes), origin="cfg")
+
+
+def test_towers_are_refused_for_a_text_family(checkpoints: Checkpoints, tmp_path: Path):
+    from engine.errors import OptionsError
+
+    model_dir, _, _, _ = checkpoints.get("qwen2")
+    with pytest.raises(OptionsError, match="has no vision tower"):
+        export(
+            tmp_path / "pkg",
+            model_dir=model_dir,
+            options=ExportOptions(modalities=("text", "vision")),
+        )
+    assert not (tmp_path / "pkg").exists()
+
+
+# ------------------------------------------------------------------------------ plans and splits
+
+
+@pytest.mark.parametrize(
+    ("preset", "non_embedding"),
+    # The model cards' "Number of Parameters (Non-Embedding)" (Qwen3) and sizes (Llama 3.2,
+    # Qwen2.5: total parameters).
+    [("qwen3-0.6b", 0.44e9), ("qwen3-1.7b", 1.4e9), ("qwen3-4b", 3.6e9), ("qwen3-8b", 6.95e9)],
+)
+def test_presets_hold_the_published_parameter_counts(preset: str, non_embedding: float):
+    from engine.models import model_summary
+    from engine.presets import load_preset
+
+    spec = load_preset(preset)
+    summary = model_summary(spec)
+    tables = spec.vocab_size * spec.hidden_size * (1 if spec.tie_word_embeddings else 2)
+    assert abs(summary["parameters"] - tables - non_embedding) / non_embedding < 0.02
+
+
+def test_a_150k_vocabulary_is_split_to_fit_webgpu_buffers():
+    """Qwen3-1.7B's fp16 token table (151,936 x 2,048, 594 MiB) is over WebGPU's 256 MiB
+    buffer: the plan splits it, and the tied head reads the same pieces."""
+    from engine.plan import plan
+    from engine.presets import load_preset
+
+    export_plan = plan(load_preset("qwen3-1.7b"), ExportOptions(ep="webgpu", dtype="fp16"))
+    table = export_plan.decoder.weight("embed_tokens.weight")
+    head = export_plan.decoder.weight("lm_head.weight")
+    assert table.is_split and table.unsplit_nbytes == 151_936 * 2_048 * 2
+    assert max(piece.largest_buffer for piece in table.pieces) <= 256 * 2**20
+    assert head.shares == "embed_tokens.weight"
+    assert all(t.nbytes <= 256 * 2**20 for s in export_plan.sessions for t in s.tensors())
+
+
+@pytest.mark.parametrize(("name", "lowering"), [("qwen3", "webgpu"), ("llama", "cpu-gqa")])
+def test_split_tables_compute_the_same_model(
+    checkpoints: Checkpoints, tmp_path: Path, name: str, lowering: str
+):
+    """A buffer limit a third of the tiny tables' sizes splits the token table and the LM
+    head; the package still equals transformers (``force``: the fused q/k/v weight stays
+    over that limit, linear weights are not split)."""
+    model_dir, _, ref_tokens, ref_logits = checkpoints.get(name)
+    out = tmp_path / "pkg"
+    options = ExportOptions(
+        dtype="fp32", max_buffer_size=32 * 1024, force=True, **LOWERINGS[lowering]
+    )
+    result = export(out, model_dir=model_dir, options=options)
+    split = {w.name for w in result.plan.decoder.weights if w.is_split}
+    assert {"embed_tokens.weight", "lm_head.weight"} <= split
+    tokens, logits = ort_greedy(out, PROMPT, STEPS)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)) <= 1e-4
+    assert tokens == ref_tokens
