@@ -90,7 +90,7 @@ def export(
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
 ) -> ExportResult:
-    """Export a Gemma 4 text decoder to an onnxruntime-genai package folder.
+    """Export a model (a checkpoint folder or a preset) to an onnxruntime-genai package folder.
 
     Args:
         output: The package folder to create.

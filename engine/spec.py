@@ -350,7 +350,7 @@ class ModelSpec:
             "experts": self._moe_summary(),
             "vocab_size": self.vocab_size,
             "per_layer_embedding_dim": self.ple_dim,
-            "sliding_window": self.sliding_window,
+            "sliding_window": self.sliding_window if "sliding" in kinds else None,
             "max_position_embeddings": self.max_position_embeddings,
             "final_logit_softcapping": self.final_logit_softcapping,
             "tie_word_embeddings": self.tie_word_embeddings,

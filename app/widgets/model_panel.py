@@ -211,16 +211,41 @@ class ModelPanel(QGroupBox):
             return
         count = s["parameters"]
         params = f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.2f} M"
-        self.summary.setText(
-            f"{s['name']} ({s['model_type']}): {params} parameters, "
-            f"{s['layers']} layers ({s['sliding_layers']} sliding, {s['full_layers']} full), "
-            f"hidden {s['hidden_size']}, {s['attention_heads']} heads, KV heads "
-            f"{s['kv_heads']['sliding']}/{s['kv_heads']['full']}, head dim "
-            f"{s['head_dim']['sliding']}/{s['head_dim']['full']}, vocab {s['vocab_size']:,}, "
-            f"{s['kv_cache_layers']} KV caches ({s['kv_shared_layers']} layers share), "
-            f"per-layer embeddings {s['per_layer_embedding_dim'] or 'none'}, "
-            f"window {s['sliding_window']}"
-        )
+        self.summary.setText(", ".join(_summary_parts(s, params)))
+
+
+def _summary_parts(s: dict[str, Any], params: str) -> list[str]:
+    """The model's summary in words, naming only what the model has (a Llama has no
+    sliding layers, no per-layer embeddings, no shared KV)."""
+    sliding, full = s["sliding_layers"], s["full_layers"]
+    layers = f"{s['layers']} layers"
+    if sliding and full:
+        layers += f" ({sliding} sliding, {full} full)"
+    elif sliding:
+        layers += " (all sliding)"
+
+    def values(key: str) -> str:
+        found = [v for v in s[key].values() if v is not None]
+        return "/".join(str(v) for v in dict.fromkeys(found))
+
+    caches = f"{s['kv_cache_layers']} KV caches"
+    if s["kv_shared_layers"]:
+        caches += f" ({s['kv_shared_layers']} layers share)"
+    parts = [
+        f"{s['name']} ({s['model_type']}): {params} parameters",
+        layers,
+        f"hidden {s['hidden_size']}",
+        f"{s['attention_heads']} heads",
+        f"KV heads {values('kv_heads')}",
+        f"head dim {values('head_dim')}",
+        f"vocab {s['vocab_size']:,}",
+        caches,
+    ]
+    if s["per_layer_embedding_dim"]:
+        parts.append(f"per-layer embeddings {s['per_layer_embedding_dim']}")
+    if sliding:
+        parts.append(f"window {s['sliding_window']}")
+    return parts
 
 
 def _row(*widgets: QWidget) -> QWidget:

@@ -336,6 +336,33 @@ def test_export_of_a_checkpoint_folder_verifies_against_transformers(
     assert "PASS" in panel.verify_result.text()
 
 
+@pytest.mark.parametrize("name", ["qwen3_sliding", "llama"])
+def test_a_checkpoint_of_another_family_previews_exports_and_verifies(
+    qtbot, window: MainWindow, tmp_path, name: str
+):
+    """A Qwen3 or Llama folder, chosen as a user would: previewed under its own name and
+    family, exported, then verified against transformers in the window."""
+    from tests._support.tiny_llama import make_checkpoint
+
+    model_dir = tmp_path / f"my-{name}"
+    make_checkpoint(model_dir, name)
+    window.model_panel.kind_buttons.button(1).click()
+    window.model_panel.folder.setText(str(model_dir))
+    window.model_panel.folder.editingFinished.emit()
+    preview = wait_for_preview(qtbot, window, lambda p: p.title.startswith(f"my-{name}"))
+    assert preview.total_bytes > 0
+    result = _export(qtbot, window, tmp_path / "pkg")
+    assert result is not None, window.banner.text
+    config = json.loads((tmp_path / "pkg" / "genai_config.json").read_text())
+    assert config["model"]["type"] == name.split("_")[0]
+    panel = window.export_panel
+    with qtbot.waitSignal(panel.verified, timeout=120_000) as verified:
+        _click(qtbot, panel.verify_button)
+    report = verified.args[0]
+    assert report.result is not None and report.result.passed, report.result
+    assert "PASS" in panel.verify_result.text()
+
+
 def test_large_packages_export_in_a_separate_process(qtbot, window: MainWindow):
     assert not window.exporter.uses_process()  # the tiny preset: a thread is enough
     window.model_panel.presets.setCurrentText("gemma4-e2b")

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import get_args
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
@@ -44,6 +45,31 @@ def test_window_opens_with_the_tiny_preview(window: MainWindow, screens):
     assert "gemma4-tiny" in window.model_panel.summary.text()
     assert not window.banner.isVisible()
     screens(window, "01-preview-tiny-cpu")
+
+
+@pytest.mark.parametrize(
+    ("preset", "words", "absent"),
+    [
+        (
+            "qwen3-1.7b",
+            ["qwen3-1.7b (qwen3): 1.72 B parameters", "28 layers,", "KV heads 8,", "head dim 128,"],
+            ["sliding", "window", "per-layer", "share", "None"],
+        ),
+        (
+            "gemma4-e2b",
+            ["35 layers (28 sliding, 7 full)", "head dim 256/512", "layers share", "window 512"],
+            ["None"],
+        ),
+    ],
+)
+def test_the_model_summary_names_what_the_model_has(
+    qtbot, window: MainWindow, preset: str, words: list[str], absent: list[str]
+):
+    window.model_panel.presets.setCurrentText(preset)
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith(preset))
+    text = window.model_panel.summary.text()
+    assert all(w in text for w in words), text
+    assert not any(w in text for w in absent), text
 
 
 def test_changing_options_updates_the_preview_from_the_planner(qtbot, window: MainWindow, screens):
