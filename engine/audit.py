@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,20 @@ class Placement:
     provider_nodes: dict[str, int]
     host_nodes: tuple[str, ...]
     """``OpType (name)`` of nodes placed on the CPU provider."""
+    copies: tuple[str, ...] = ()
+    """``OpType (name)`` of the Memcpy nodes partitioning inserted, on any provider."""
+    host_nodes_break_capture: bool = True
+    """Whether any node on the CPU breaks capture on this EP (WebGPU: every node must stay
+    on the device). onnxruntime's CUDA graphs allow CPU nodes as long as no Memcpy node
+    joins them to the device: shape subgraphs (Shape -> Gather -> Cast) that only feed
+    host-memory inputs such as GroupQueryAttention's ``total_sequence_length``."""
+
+    def breaks_capture(self) -> list[str]:
+        """Why this placement keeps the session from being captured (empty: it does not)."""
+        out = [f"{n} copies between the host and the device" for n in self.copies]
+        if self.host_nodes_break_capture:
+            out += [f"{n} was placed on the CPU" for n in self.host_nodes]
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,15 +88,15 @@ class SessionAudit:
 
     @property
     def capture_ready(self) -> bool:
-        host = self.placement is not None and bool(self.placement.host_nodes)
-        return self.capture_supported and not self.findings and not host
+        placed = self.placement is not None and bool(self.placement.breaks_capture())
+        return self.capture_supported and not self.findings and not placed
 
     def reasons(self) -> list[str]:
         out = [f"{f.op_type} '{f.node}': {f.reason}" for f in self.findings]
         if not self.capture_supported:
             out.insert(0, f"{self.ep} does not support graph capture")
         if self.placement is not None:
-            out += [f"{n} was placed on the CPU" for n in self.placement.host_nodes]
+            out += self.placement.breaks_capture()
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -227,7 +241,9 @@ def device_placement(
             f"{caps.ort_provider} is not available in this onnxruntime "
             f"(has {', '.join(status['providers'])}); placement not measured"
         )
-    return parse_placements(proc.stderr), "measured"
+    placement = parse_placements(proc.stderr)
+    placement = replace(placement, host_nodes_break_capture=caps.capture_needs_static_graph)
+    return placement, "measured"
 
 
 def _last_json(stdout: str) -> dict[str, Any]:
@@ -245,6 +261,7 @@ def parse_placements(log: str) -> Placement:
     """Parse onnxruntime's verbose 'Node placements' log (VerifyEachNodeIsAssignedToAnEp)."""
     counts: dict[str, int] = {}
     host: list[str] = []
+    copies: list[str] = []
     current: str | None = None
     for line in log.splitlines():
         if "VerifyEachNodeIsAssignedToAnEp]" not in line:
@@ -254,9 +271,13 @@ def parse_placements(log: str) -> Placement:
             current = text.split("[", 1)[1].split("]", 1)[0]
             number = text.rsplit("Number of nodes:", 1)[1] if "Number of nodes:" in text else "0"
             counts[current] = counts.get(current, 0) + int(number.strip() or 0)
-        elif current == "CPUExecutionProvider" and text.startswith("   "):
-            host.append(text.strip())
-    return Placement(provider_nodes=counts, host_nodes=tuple(host))
+        elif text.startswith("   "):
+            node = text.strip()
+            if node.startswith("Memcpy"):
+                copies.append(node)
+            if current == "CPUExecutionProvider":
+                host.append(node)
+    return Placement(provider_nodes=counts, host_nodes=tuple(host), copies=tuple(copies))
 
 
 def decide_capture(

@@ -68,6 +68,13 @@ class EpCapabilities:
     capture_needs_static_graph: bool = False
     """Under capture every node must stay on the device: no Shape, ConstantOfShape,
     int64 tensor Slice/Squeeze, If/Loop; shapes static except the sequence axes."""
+    host_total_length: bool = False
+    """GroupQueryAttention reads ``total_sequence_length`` on the host, so it is taken from
+    the mask's shape (a shape subgraph, which onnxruntime keeps on the CPU with no copy)
+    instead of its values. Computed on the device it needs a MemcpyToHost node, and
+    onnxruntime refuses graph capture for a session with one ("all compute graph nodes have
+    not been partitioned to the CUDAExecutionProvider", measured on the H200 with
+    onnxruntime-gpu 1.31.1 and genai-cuda 0.18: every node was on CUDA, the copy was not)."""
     int64_on_device: bool = True
     """int64 elementwise ops (ReduceSum, Sub, Equal, Where) run on the device. False means
     mask arithmetic must be done in int32 to stay on the device."""
@@ -169,6 +176,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int4_accuracy_level=4,
             provider_options={"enable_cuda_graph": "0"},
             capture_option="enable_cuda_graph",
+            host_total_length=True,
             io_device="cuda",
             install_hint="install onnxruntime-gpu instead of onnxruntime (1.31 is a CUDA 13 build)",
         ),
@@ -242,6 +250,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             max_buffer_size=4 * 1024**3,
             graph_capture=True,
             int4_accuracy_level=4,
+            host_total_length=True,
             io_device="dml",
             install_hint="install onnxruntime-directml on Windows",
         ),
@@ -257,6 +266,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             int4_accuracy_level=4,
             provider_options={"enable_cuda_graph": "0"},
             capture_option="enable_cuda_graph",
+            host_total_length=True,
             io_device="cuda",
             install_hint="install onnxruntime with the TensorRT-RTX EP",
         ),

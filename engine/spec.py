@@ -162,6 +162,8 @@ class LayerSpec:
     query_scale: float | None = None
     """The factor on ``q . k`` before the softmax; None for the usual ``head_dim ** -0.5``
     (Gemma 4 uses 1.0: its q and k are RMS-normed)."""
+    rope: bool = True
+    """Queries and keys are rotated (False: SmolLM3's no-RoPE layers, ``no_rope_layers``)."""
 
     @property
     def owns_kv(self) -> bool:

@@ -79,6 +79,16 @@ def _kinds(ctx: BuildContext) -> list[AttentionKind]:
     return kinds
 
 
+def rotary_kinds(spec: ModelSpec) -> list[AttentionKind]:
+    """The attention kinds some layer rotates q and k in, in first-use order (a kind whose
+    layers all skip RoPE has no caches)."""
+    kinds: list[AttentionKind] = []
+    for layer in spec.layers:
+        if layer.rope and layer.attention not in kinds:
+            kinds.append(layer.attention)
+    return kinds
+
+
 def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Value]:
     """The planned cos / sin cache initializers of one attention kind."""
     values = []
@@ -143,9 +153,13 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
     lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B] valid lengths
     seqlens_k = op.Sub(lengths, _scalar(ctx, 1, np.int32, "one_i32"))
     inputs = AttentionInputs(input_ids=input_ids, seqlens_k=seqlens_k)
-    for kind in _kinds(ctx):
+    for kind in rotary_kinds(ctx.spec):
         inputs.caches[kind] = rope_caches(ctx, kind)
     # The mask's width: the attended length for every row, also with left padding.
+    if ctx.caps.host_total_length:  # from the shape: stays on the host, no copy
+        width = op.Gather(op.Shape(attention_mask), _scalar(ctx, 1, np.int64, "index_1"))
+        inputs.total_length = op.Cast(width, to=ir.DataType.INT32)
+        return inputs
     widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
     inputs.total_length = op.Gather(widths, _scalar(ctx, 0, np.int64, "index_0"))
     return inputs
@@ -191,6 +205,8 @@ def standard_inputs(
             allowed = op.And(allowed, op.Less(distance, window))
         allowed = op.And(op.Unsqueeze(allowed, ctx.ints([0, 1])), keep)  # [B, 1, S, T]
         inputs.bias[kind] = _additive(ctx, allowed)
+        if kind not in rotary_kinds(ctx.spec):
+            continue
         cos, sin = rope_caches(ctx, kind)
         rows = op.Unsqueeze(positions, ctx.ints([0]))  # [1, S]
         inputs.rope_rows[kind] = (_rope_rows(ctx, cos, rows), _rope_rows(ctx, sin, rows))
@@ -282,6 +298,16 @@ def _gqa_node(
     past_value: ir.Value,
     window: int,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
+    if not layer.rope:  # no rotation: no caches, do_rotary 0
+        out, present_key, present_value = ctx.ms.GroupQueryAttention(
+            query, key, value, past_key, past_value, inputs.seqlens_k, inputs.total_length,
+            num_heads=ctx.spec.num_attention_heads,
+            kv_num_heads=layer.num_kv_heads,
+            scale=layer.attention_scale,
+            local_window_size=window,
+            _outputs=3,
+        )  # fmt: skip
+        return out, present_key, present_value
     cos, sin = inputs.caches[layer.attention]
     out, present_key, present_value = ctx.ms.GroupQueryAttention(
         query, key, value, past_key, past_value, inputs.seqlens_k, inputs.total_length, cos, sin,
@@ -323,10 +349,14 @@ def standard(
     are the producer's present KV."""
     op = ctx.op
     heads, kv_heads, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
-    rope = inputs.rope_rows[layer.attention]
-    q = _rotate(ctx, op.Reshape(query, ctx.ints([0, 0, heads, dim])), rope)
+    rope = inputs.rope_rows[layer.attention] if layer.rope else None
+
+    def rotated(x: ir.Value) -> ir.Value:
+        return x if rope is None else _rotate(ctx, x, rope)
+
+    q = rotated(op.Reshape(query, ctx.ints([0, 0, heads, dim])))
     if key is not None and value is not None:
-        k = _rotate(ctx, op.Reshape(key, ctx.ints([0, 0, kv_heads, dim])), rope)
+        k = rotated(op.Reshape(key, ctx.ints([0, 0, kv_heads, dim])))
         v = op.Reshape(value, ctx.ints([0, 0, kv_heads, dim]))
         present_key = op.Concat(past_key, op.Transpose(k, perm=[0, 2, 1, 3]), axis=2)
         present_value = op.Concat(past_value, op.Transpose(v, perm=[0, 2, 1, 3]), axis=2)

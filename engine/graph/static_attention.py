@@ -211,15 +211,12 @@ def owner(
     op = ctx.op
     n, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
     qk, value = op.Split(heads, ctx.ints([n + kv, kv]), axis=2, _outputs=2)
-    cos, sin = inputs.rope[layer.attention]
-    rotated = ctx.ms.RotaryEmbedding(
-        op.Reshape(qk, ctx.ints([0, 0, (n + kv) * dim])),
-        inputs.position_ids,
-        cos,
-        sin,
-        num_heads=n + kv,
-        interleaved=0,
-    )
+    rotated = op.Reshape(qk, ctx.ints([0, 0, (n + kv) * dim]))
+    if layer.rope:
+        cos, sin = inputs.rope[layer.attention]
+        rotated = ctx.ms.RotaryEmbedding(
+            rotated, inputs.position_ids, cos, sin, num_heads=n + kv, interleaved=0
+        )
     query, key = op.Split(rotated, ctx.ints([n * dim, kv * dim]), axis=-1, _outputs=2)
     index = _scatter_index(ctx, inputs, kv, dim)
     present_key = op.ScatterElements(past_key, index, _cache_layout(ctx, key, kv, dim), axis=2)
@@ -235,8 +232,10 @@ def shared_query(
 ) -> ir.Value:
     """A KV-shared layer's normed q heads [B, S, N, D] (fp32), rotated: [B, S, N * D]."""
     n, dim = ctx.spec.num_attention_heads, layer.head_dim
-    cos, sin = inputs.rope[layer.attention]
     flat = ctx.op.Reshape(query, ctx.ints([0, 0, n * dim]))
+    if not layer.rope:
+        return flat
+    cos, sin = inputs.rope[layer.attention]
     return ctx.ms.RotaryEmbedding(flat, inputs.position_ids, cos, sin, num_heads=n, interleaved=0)
 
 

@@ -35,7 +35,7 @@ from engine.graph.modules import (
 )
 from engine.logical import RopeTable
 from engine.options import ExportOptions
-from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
+from engine.spec import LayerSpec, ModelSpec, RopeSpec
 
 
 class Attention(Module):
@@ -157,7 +157,8 @@ class Attention(Module):
 
 
 class RopeCaches(Module):
-    """cos / sin caches per attention kind: computed, not read; ``dtype`` as :class:`Param`.
+    """cos / sin caches per attention kind that some layer rotates in: computed, not read;
+    ``dtype`` as :class:`Param`.
 
     ``rotated_only``: keep just the columns of the frequency pairs that rotate (a quarter
     of a proportional-RoPE full layer's); the graph pads the rows it gathers.
@@ -171,7 +172,7 @@ class RopeCaches(Module):
         *,
         rotated_only: bool = False,
     ) -> None:
-        for kind in attention_kinds(spec):
+        for kind in attn.rotary_kinds(spec):
             head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
             rope = spec.rope[kind]
             cols = rope.rotated_pairs(head_dim) if rotated_only else head_dim // 2
@@ -195,15 +196,6 @@ class _CosSin(Module):
         cos, sin = (RopeTable(rope, head_dim, part) for part in ("cos", "sin"))
         self.cos_cache = Param(shape, "rope_cache", computed=cos, dtype=dtype)
         self.sin_cache = Param(shape, "rope_cache", computed=sin, dtype=dtype)
-
-
-def attention_kinds(spec: ModelSpec) -> list[AttentionKind]:
-    """The attention kinds present, in first-use order."""
-    kinds: list[AttentionKind] = []
-    for layer in spec.layers:
-        if layer.attention not in kinds:
-            kinds.append(layer.attention)
-    return kinds
 
 
 def index_dtype(ctx: BuildContext) -> ir.DataType:
@@ -262,7 +254,7 @@ class DecoderState:
         self.static = None
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
-            rope = {kind: attn.rope_caches(ctx, kind) for kind in attention_kinds(spec)}
+            rope = {kind: attn.rope_caches(ctx, kind) for kind in attn.rotary_kinds(spec)}
             positions = attn.query_positions(ctx, tokens, attention_mask)
             self.static = sattn.static_inputs(ctx, positions, rope)
             return
@@ -275,8 +267,12 @@ class DecoderState:
 
 class DecoderLayer(Module):
     """A pre-norm decoder layer: ``h += attn(norm(h)); h += mlp(norm(h))`` (Llama,
-    Mistral, Qwen2 and Qwen3). The second norm and the first residual add are one fused
-    node where the EP has SkipSimplifiedLayerNormalization."""
+    Mistral, Qwen2 and Qwen3).
+
+    Each residual add is fused into the norm after it where the EP has
+    SkipSimplifiedLayerNormalization: the layer takes the previous layer's MLP output and
+    residual apart (``pending``) and hands its own on the same way, so the last add is the
+    final norm's."""
 
     def __init__(
         self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
@@ -287,12 +283,26 @@ class DecoderLayer(Module):
         self.post_attention_layernorm = RMSNorm(h)
         self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
 
-    def __call__(self, ctx: BuildContext, hidden: ir.Value, state: DecoderState) -> ir.Value:
-        out = self.self_attn(ctx, self.input_layernorm(ctx, hidden), state)
-        norm = self.post_attention_layernorm
-        assert norm.weight is not None
-        x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
-        return ctx.op.Add(hidden, self.mlp(ctx, x))
+    def __call__(
+        self, ctx: BuildContext, hidden: ir.Value, pending: ir.Value | None, state: DecoderState
+    ) -> tuple[ir.Value, ir.Value]:
+        """``(mlp output, residual)``, not yet added; ``pending``: the previous layer's MLP
+        output to add to ``hidden`` first (None for the first layer)."""
+        if pending is None:
+            x = self.input_layernorm(ctx, hidden)
+        else:
+            x, hidden = _skip_norm(ctx, pending, hidden, self.input_layernorm)
+        out = self.self_attn(ctx, x, state)
+        x, hidden = _skip_norm(ctx, out, hidden, self.post_attention_layernorm)
+        return self.mlp(ctx, x), hidden
+
+
+def _skip_norm(
+    ctx: BuildContext, x: ir.Value, residual: ir.Value, norm: RMSNorm
+) -> tuple[ir.Value, ir.Value]:
+    """``(norm(x + residual), x + residual)``, one node where the EP fuses them."""
+    assert norm.weight is not None
+    return skip_rms_norm(ctx, x, residual, norm.weight.name, norm.width)
 
 
 class CausalDecoder(Module):
@@ -322,9 +332,12 @@ class CausalDecoder(Module):
         hidden = embedding(ctx, ids, self.embed_tokens.weight.name)
         mask = ctx.input("attention_mask", dtype, ["batch_size", "total_sequence_length"])
         state = DecoderState(ctx, mask, ids)
+        pending: ir.Value | None = None
         for layer in self.layers:
-            hidden = layer(ctx, hidden, state)
-        logits = lm_head(ctx, self.norm(ctx, hidden))
+            pending, hidden = layer(ctx, hidden, pending, state)
+        assert pending is not None
+        normed, _ = _skip_norm(ctx, pending, hidden, self.norm)
+        logits = lm_head(ctx, normed)
         if ctx.spec.final_logit_softcapping:
             logits = softcap(ctx, logits, ctx.spec.final_logit_softcapping)
         outputs(ctx, logits, state)

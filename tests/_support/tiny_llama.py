@@ -1,4 +1,5 @@
-"""Tiny random Llama, Mistral, Qwen2 and Qwen3 checkpoints built offline with transformers.
+"""Tiny random Llama, Mistral, Qwen2, Qwen3 and SmolLM3 checkpoints built offline with
+transformers.
 
 Odd widths on purpose (hidden 72, MLP 136, vocab 331): nothing may assume powers of two.
 """
@@ -63,6 +64,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "qwen3_sliding": dict(
         model_type="qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1
     ),
+    # SmolLM3: the middle layer has no RoPE, tied head, biases; its no-RoPE layer slides.
+    "smollm3": dict(
+        model_type="smollm3",
+        no_rope_layers=[1, 0, 1],
+        attention_bias=True,
+        tie_word_embeddings=True,
+        head_dim=None,
+        hidden_size=64,
+        use_sliding_window=True,
+        sliding_window=8,
+    ),
 }
 
 _CLASSES = {
@@ -70,6 +82,7 @@ _CLASSES = {
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
 }
 
 

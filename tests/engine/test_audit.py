@@ -10,7 +10,13 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from engine.audit import audit_model, audit_package, decide_capture, parse_placements
+from engine.audit import (
+    SessionAudit,
+    audit_model,
+    audit_package,
+    decide_capture,
+    parse_placements,
+)
 from engine.caps import get_caps
 from engine.errors import OptionsError, PackageError
 from engine.models import build_decoder
@@ -141,6 +147,41 @@ def test_placement_log_parsing():
     placement = parse_placements((DATA / "placement_log.txt").read_text())
     assert placement.provider_nodes == {"WebGpuExecutionProvider": 2, "CPUExecutionProvider": 2}
     assert placement.host_nodes == ("Add (add64)", "Cast (cast)")
+    assert placement.copies == ("MemcpyFromHost (Memcpy)",)
+
+
+_TAG = "x [V:onnxruntime:, session_state.cc:1584 VerifyEachNodeIsAssignedToAnEp] "
+_CUDA_LOG = "\n".join(
+    _TAG + line
+    for line in (
+        " Node(s) placed on [CUDAExecutionProvider]. Number of nodes: 2",
+        "  GroupQueryAttention (gqa)",
+        "  MatMul (mm)",
+        " Node(s) placed on [CPUExecutionProvider]. Number of nodes: 2",
+        "  Gather (Gather_node_5)",
+        "  Cast (Cast_node_6)",
+    )
+)
+
+
+def test_cpu_shape_nodes_without_copies_leave_a_cuda_session_capturable():
+    """As measured on the H200 (onnxruntime-gpu 1.31.1): the shape subgraph that feeds
+    GroupQueryAttention's host-memory total_sequence_length runs on the CPU, and genai
+    captures the session (CUDA graphs refuse only Memcpy nodes). On WebGPU any CPU node
+    breaks capture."""
+    from dataclasses import replace
+
+    cuda = replace(parse_placements(_CUDA_LOG), host_nodes_break_capture=False)
+    audit = SessionAudit("decoder", "cuda", True, (), {}, cuda)
+    assert audit.capture_ready and audit.reasons() == []
+    copied = replace(cuda, copies=("MemcpyToHost (Memcpy_token_0)",))
+    audit = SessionAudit("decoder", "cuda", True, (), {}, copied)
+    assert not audit.capture_ready
+    assert audit.reasons() == [
+        "MemcpyToHost (Memcpy_token_0) copies between the host and the device"
+    ]
+    webgpu = parse_placements(_CUDA_LOG)  # host nodes break capture by default
+    assert not SessionAudit("decoder", "webgpu", True, (), {}, webgpu).capture_ready
 
 
 def test_audit_package_measures_cpu_placement(tmp_path: Path):

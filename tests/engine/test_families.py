@@ -1,7 +1,7 @@
-"""Llama, Mistral, Qwen2 and Qwen3 through the same stages as Gemma 4, exact against
+"""Llama, Mistral, Qwen2, Qwen3 and SmolLM3 through the same stages as Gemma 4, exact against
 transformers' own forward of tiny random checkpoints (tests/_support/tiny_llama.py: odd
-widths, GQA and MQA, tied and untied heads, biases, q/k norms, llama3 RoPE, sliding
-windows shorter than the run), on every attention lowering, through onnxruntime-genai,
+widths, GQA and MQA, tied and untied heads, biases, q/k norms, llama3 RoPE, layers without
+RoPE, sliding windows shorter than the run), on every attention lowering, through onnxruntime-genai,
 and quantized against transformers running the package's dequantized weights."""
 
 from __future__ import annotations
@@ -137,6 +137,22 @@ def test_the_fixtures_exercise_what_they_claim(checkpoints: Checkpoints):
     assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
     _, qwen3, _, _ = checkpoints.get("qwen3")
     assert qwen3.model.layers[0].self_attn.q_norm.weight.shape == (48,)
+    _, smol, _, _ = checkpoints.get("smollm3")
+    spec = spec_from_config(smol.config.to_dict())
+    assert [x.rope for x in spec.layers] == [True, False, True]
+    assert [x.attention for x in spec.layers] == ["full", "sliding", "full"]
+
+
+def test_a_kind_no_layer_rotates_in_has_no_rope_caches(checkpoints: Checkpoints, tmp_path: Path):
+    """SmolLM3's sliding layer is its no-RoPE one: no sliding cos / sin caches are planned,
+    on any lowering."""
+    model_dir, _, _, _ = checkpoints.get("smollm3")
+    for lowering, flags in LOWERINGS.items():
+        result = export(
+            tmp_path / lowering, model_dir=model_dir, options=ExportOptions(dtype="fp32", **flags)
+        )
+        names = {w.name for w in result.plan.decoder.weights if w.weight.role == "rope_cache"}
+        assert names == {"rope.full.cos_cache", "rope.full.sin_cache"}, (lowering, names)
 
 
 # ------------------------------------------------------------------------------ reading configs
@@ -207,6 +223,8 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
             {"use_sliding_window": True, "sliding_window": 8, "layer_types": ["x"] * 3},
             "unknown layer types",
         ),
+        ("smollm3", {"no_rope_layers": [1, 0]}, "'no_rope_layers' has 2 entries"),
+        ("smollm3", {"no_rope_layers": [1, 2, 1]}, "must be a list of 0 and 1"),
     ],
 )
 def test_bad_configs_name_the_problem(model_type: str, changes: dict[str, Any], message: str):

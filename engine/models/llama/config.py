@@ -1,10 +1,11 @@
 """The ``config.json`` of Llama and the decoders shaped like it (Mistral, Qwen2 / Qwen2.5,
-Qwen3) into a :class:`~engine.spec.ModelSpec`.
+Qwen3, SmolLM3) into a :class:`~engine.spec.ModelSpec`.
 
 They share one layer (pre-norm attention and a gated MLP) and differ in data, which each
-type's :class:`Variant` says: Qwen2's q/k/v biases, Qwen3's q/k norms, where a sliding
-window applies. Both RoPE formats are read: transformers 5's ``rope_parameters`` and the
-``rope_theta`` / ``rope_scaling`` pair published checkpoints carry.
+type's :class:`Variant` says: Qwen2's q/k/v biases, Qwen3's q/k norms, SmolLM3's layers
+without RoPE, where a sliding window applies. Both RoPE formats are read: transformers 5's
+``rope_parameters`` and the ``rope_theta`` / ``rope_scaling`` pair published checkpoints
+carry.
 """
 
 from __future__ import annotations
@@ -35,14 +36,18 @@ class Variant:
     o_bias: bool
     """``attention_bias`` also biases o_proj (Llama, Qwen3; not Qwen2)."""
     qk_norm: bool
-    sliding: Literal["never", "all", "qwen"]
-    """Where ``sliding_window`` applies: nowhere, every layer (Mistral), or Qwen's
-    ``use_sliding_window`` above ``max_window_layers`` (or its ``layer_types``)."""
+    sliding: Literal["never", "all", "qwen", "smollm3"]
+    """Where ``sliding_window`` applies: nowhere, every layer (Mistral), Qwen's
+    ``use_sliding_window`` above ``max_window_layers``, or SmolLM3's ``use_sliding_window``
+    on its no-RoPE layers (the last two: or their ``layer_types``)."""
     head_dim: int | None = None
     """The default ``head_dim``; None: hidden_size / num_attention_heads."""
     max_positions: int = 2048
     window: int | None = None
     """The ``sliding_window`` of a config that leaves the field out (``null`` is none)."""
+    no_rope: bool = False
+    """Some layers skip RoPE (SmolLM3's ``no_rope_layers``: 1 rotates, 0 does not; by
+    default every ``no_rope_layer_interval``-th layer does not)."""
 
 
 VARIANTS: dict[str, Variant] = {
@@ -51,6 +56,9 @@ VARIANTS: dict[str, Variant] = {
     "qwen2": Variant("always", False, False, "qwen", max_positions=32_768, window=4096),
     "qwen3": Variant(
         "attention_bias", True, True, "qwen", head_dim=128, max_positions=32_768, window=4096
+    ),
+    "smollm3": Variant(
+        "attention_bias", True, False, "smollm3", max_positions=32_768, no_rope=True
     ),
 }
 MODEL_TYPES = tuple(VARIANTS)
@@ -106,7 +114,8 @@ def read_spec(
     intermediate = fields.required("intermediate_size", least=1)
     vocab = fields.required("vocab_size", least=1)
     max_positions = fields.optional("max_position_embeddings", variant.max_positions, least=2)
-    kinds, window = _layer_kinds(fields, variant, num_layers)
+    rotates = _rotating_layers(fields, variant, num_layers)
+    kinds, window = _layer_kinds(fields, variant, num_layers, rotates)
     attention_bias = fields.optional("attention_bias", False, bool)
     qkv_bias = variant.qkv_bias == "always" or (
         variant.qkv_bias == "attention_bias" and attention_bias
@@ -119,6 +128,7 @@ def read_spec(
             num_kv_heads=num_kv_heads,
             intermediate_size=intermediate,
             kv_source=index,
+            rope=rotates[index],
         )
         for index, kind in enumerate(kinds)
     )
@@ -157,20 +167,41 @@ def read_spec(
     )
 
 
+def _rotating_layers(fields: ConfigFields, variant: Variant, num_layers: int) -> list[bool]:
+    """Which layers rotate q and k (all but SmolLM3's no-RoPE layers)."""
+    if not variant.no_rope:
+        return [True] * num_layers
+    raw = fields.data.get("no_rope_layers")
+    if raw is None:
+        interval = fields.optional("no_rope_layer_interval", 4, least=1)
+        return [(i + 1) % interval != 0 for i in range(num_layers)]
+    if not isinstance(raw, list) or any(v not in (0, 1) or isinstance(v, float) for v in raw):
+        raise SpecError(f"{fields.origin}: 'no_rope_layers' must be a list of 0 and 1, got {raw!r}")
+    if len(raw) != num_layers:
+        raise SpecError(
+            f"{fields.origin}: 'no_rope_layers' has {len(raw)} entries "
+            f"but num_hidden_layers is {num_layers}"
+        )
+    return [bool(v) for v in raw]
+
+
 def _layer_kinds(
-    fields: ConfigFields, variant: Variant, num_layers: int
+    fields: ConfigFields, variant: Variant, num_layers: int, rotates: list[bool]
 ) -> tuple[list[AttentionKind], int]:
     """Each layer's attention kind and the window of the sliding ones (0 when none is)."""
     window = variant.window
     if "sliding_window" in fields.data:
         window = fields.optional("sliding_window", None, least=1)
-    if variant.sliding == "qwen" and not fields.optional("use_sliding_window", False, bool):
+    gated = variant.sliding in ("qwen", "smollm3")
+    if gated and not fields.optional("use_sliding_window", False, bool):
         window = None  # transformers drops the window unless use_sliding_window
     if variant.sliding == "never" or window is None:
         return ["full"] * num_layers, 0
     if variant.sliding == "all":
         return ["sliding"] * num_layers, window
     raw = fields.data.get("layer_types")
+    if raw is None and variant.sliding == "smollm3":
+        return ["full" if rotate else "sliding" for rotate in rotates], window
     if raw is None:
         first = fields.optional("max_window_layers", 28)
         return ["sliding" if i >= first else "full" for i in range(num_layers)], window

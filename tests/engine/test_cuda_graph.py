@@ -1,0 +1,118 @@
+"""What CUDA graphs need of a GroupQueryAttention package, checked without a GPU.
+
+onnxruntime refuses graph capture for a session whose partitioning left a Memcpy node
+("all compute graph nodes have not been partitioned to the CUDAExecutionProvider"), and
+GroupQueryAttention reads ``total_sequence_length`` in host memory: computed from the
+mask's values on the device it needs a copy to the host. Measured on the H200
+(onnxruntime-gpu 1.31.1, genai-cuda 0.18, Llama 3.2 1B and Qwen3 1.7B packages): every node
+on CUDA, capture refused. So on EPs whose GQA takes it on the host the length must come from
+the mask's shape alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from engine.caps import get_caps, list_eps
+from engine.options import ExportOptions
+from engine.pipeline import export
+from tests._support.ort_loop import ort_greedy
+from tests._support.tiny_llama import make_checkpoint
+
+PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
+SHAPE_OPS = {"Shape", "Gather", "Cast", "Constant", "Squeeze", "Unsqueeze", "Slice"}
+
+
+def _value_readers(model: onnx.ModelProto, output: str) -> set[str]:
+    """Graph inputs whose values (not just shape) reach ``output``: a walk up its producers
+    that stops at Shape."""
+    producers = {o: node for node in model.graph.node for o in node.output}
+    inputs = {i.name for i in model.graph.input}
+    found: set[str] = set()
+    todo, seen = [output], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+            continue
+        node = producers.get(name)
+        if node is None or node.op_type == "Shape":
+            continue
+        todo.extend(i for i in node.input if i)
+    return found
+
+
+def _length_paths(model: onnx.ModelProto) -> list[tuple[set[str], set[str]]]:
+    """For each GroupQueryAttention: (graph inputs whose values reach its
+    total_sequence_length, the op types on the way)."""
+    producers = {o: node for node in model.graph.node for o in node.output}
+    out = []
+    for node in model.graph.node:
+        if node.op_type != "GroupQueryAttention":
+            continue
+        length = node.input[6]
+        ops, todo, seen = set(), [length], set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in producers:
+                continue
+            seen.add(name)
+            producer = producers[name]
+            ops.add(producer.op_type)
+            if producer.op_type != "Shape":
+                todo.extend(i for i in producer.input if i)
+        out.append((_value_readers(model, length), ops))
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cuda_graph") / "qwen3"
+    make_checkpoint(path, "qwen3_sliding")
+    return path
+
+
+HOST_LENGTH_EPS = [ep for ep in list_eps() if get_caps(ep).host_total_length]
+
+
+@pytest.mark.parametrize("ep", HOST_LENGTH_EPS)
+def test_total_sequence_length_comes_from_the_mask_shape(checkpoint: Path, tmp_path: Path, ep: str):
+    options = ExportOptions(ep=ep, dtype="fp16", attention="gqa")
+    try:
+        export(tmp_path / "pkg", model_dir=checkpoint, options=options)
+    except Exception as exc:  # an EP without a kernel this checkpoint needs says so
+        pytest.fail(f"{ep}: {exc}")
+    model = onnx.load(str(tmp_path / "pkg" / "model.onnx"), load_external_data=False)
+    paths = _length_paths(model)
+    assert paths, "the package has no GroupQueryAttention"
+    for readers, ops in paths:
+        assert not readers, f"total_sequence_length reads the values of {readers} ({ops})"
+        assert ops <= SHAPE_OPS, ops
+
+
+def test_the_cpu_package_still_reads_the_mask_values(checkpoint: Path, tmp_path: Path):
+    """The guard above would catch today's CUDA packages: the CPU lowering (no capture, no
+    host/device split) computes the length from the mask's values."""
+    export(tmp_path / "pkg", model_dir=checkpoint, options=ExportOptions(ep="cpu", dtype="fp16"))
+    model = onnx.load(str(tmp_path / "pkg" / "model.onnx"), load_external_data=False)
+    assert all(readers == {"attention_mask"} for readers, _ in _length_paths(model))
+
+
+def test_the_cuda_package_computes_what_the_cpu_package_does(checkpoint: Path, tmp_path: Path):
+    """The CUDA fp16 package's graph, run on the CPU EP, gives the CPU fp16 package's logits
+    and tokens (both GroupQueryAttention over a shared buffer)."""
+    for ep in ("cpu", "cuda"):
+        options = ExportOptions(ep=ep, dtype="fp16", attention="gqa")
+        export(tmp_path / ep, model_dir=checkpoint, options=options)
+    cpu_tokens, cpu_logits = ort_greedy(tmp_path / "cpu", PROMPT, 24)
+    cuda_tokens, cuda_logits = ort_greedy(tmp_path / "cuda", PROMPT, 24)
+    assert cuda_tokens == cpu_tokens
+    for a, b in zip(cpu_logits, cuda_logits, strict=True):
+        np.testing.assert_array_equal(a, b)
