@@ -180,13 +180,26 @@ except Exception as exc:
     print(json.dumps({"import_error": f"{type(exc).__name__}: {exc}"}))
     raise SystemExit(3)
 path, provider = sys.argv[1], sys.argv[2]
+devices = []
 if provider not in ort.get_available_providers():
-    print(json.dumps({"available": False, "providers": ort.get_available_providers()}))
-    raise SystemExit(0)
+    try:  # the WebGPU plugin EP (the parent set the software-adapter switch if needed)
+        import onnxruntime_ep_webgpu as plugin
+    except ImportError:
+        plugin = None
+    if plugin is not None and plugin.get_ep_name() == provider:
+        ort.register_execution_provider_library(provider, plugin.get_library_path())
+        devices = [d for d in ort.get_ep_devices() if d.ep_name == provider]
+    if not devices:
+        print(json.dumps({"available": False, "providers": ort.get_available_providers()}))
+        raise SystemExit(0)
 options = ort.SessionOptions()
 options.log_severity_level = 0
 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-ort.InferenceSession(path, options, providers=[provider, "CPUExecutionProvider"])
+if devices:
+    options.add_provider_for_devices(devices, {})
+    ort.InferenceSession(path, options)
+else:
+    ort.InferenceSession(path, options, providers=[provider, "CPUExecutionProvider"])
 print(json.dumps({"available": True}))
 """
 
@@ -206,6 +219,10 @@ def device_placement(
 
     name = Path(model_path).name
     interpreter = python or sys.executable
+    if python is None:
+        from engine.runtime.plugins import ort_plugin
+
+        ort_plugin(caps.ort_provider)  # decides the software-adapter switch the child inherits
     try:
         proc = subprocess.run(
             [interpreter, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],

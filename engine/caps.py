@@ -235,8 +235,9 @@ _REGISTRY: dict[str, EpCapabilities] = {
             io_device="webgpu",
             session_config_prefix="ep.webgpuexecutionprovider.",
             install_hint=(
-                "install onnxruntime-webgpu in a separate virtual environment "
-                "(README: WebGPU runtime); it cannot share one with onnxruntime"
+                'install the WebGPU plugin EP (pip install "export-studio[webgpu]", or '
+                "onnxruntime-ep-webgpu); without a GPU it needs Mesa's lavapipe (README: "
+                "WebGPU runtime)"
             ),
         ),
         EpCapabilities(

@@ -54,11 +54,31 @@ def versions() -> list[tuple[str, str]]:
     """(component, version) of the app and what it runs on."""
     rows = [(label, version_of(dist, module)) for label, dist, module in DISTRIBUTIONS]
     rows.insert(6, ("Qt", qVersion()))
+    rows.append(("WebGPU", webgpu_adapter()))
     rows.append(("Python", f"{platform.python_version()} ({sys.executable})"))
     rows.append(
         ("Platform", f"{platform.platform()}, Qt platform {QGuiApplication.platformName()}")
     )
     return rows
+
+
+def webgpu_adapter() -> str:
+    """How WebGPU runs here, in words: the plugin EP and its adapter (GPU or software)."""
+    try:
+        import onnxruntime as ort
+
+        from engine.runtime.plugins import ort_plugin
+
+        if "WebGpuExecutionProvider" in ort.get_available_providers():
+            return f"built into onnxruntime {ort.__version__}"
+        plugin = ort_plugin("WebGpuExecutionProvider")
+    except Exception as exc:  # a broken runtime must not keep About from opening
+        return f"unavailable ({type(exc).__name__}: {exc})"
+    if plugin is None:
+        return 'not installed (pip install "export-studio[webgpu]")'
+    if not plugin.devices:
+        return f"plugin {plugin.version or ''} installed, but no adapter (no GPU, no lavapipe)"
+    return plugin.adapter
 
 
 class AboutDialog(QDialog):
@@ -71,8 +91,8 @@ class AboutDialog(QDialog):
         text = "\n".join(f"{name}: {value}" for name, value in self.rows)
         intro = QLabel(
             f"<b>{APP_NAME}</b> exports Hugging Face LLMs (Gemma 4, Llama 3.x, Qwen3, Qwen2.5, "
-            "Mistral) to ONNX Runtime GenAI packages tuned for one execution provider, and "
-            "shows what you get."
+            "Mistral, SmolLM3) to ONNX Runtime GenAI packages tuned for one execution "
+            "provider, and shows what you get."
         )
         intro.setWordWrap(True)
         self.details = QLabel(

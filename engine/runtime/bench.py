@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from engine.caps import get_caps
 from engine.progress import CancelToken, Progress, no_progress, sub_progress
 from engine.runtime.bench_record import (
     BenchConfig,
@@ -36,6 +37,7 @@ from engine.runtime.limits import (
     sequence_limit,
 )
 from engine.runtime.package import Package, open_package
+from engine.runtime.plugins import ort_plugin
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -112,6 +114,9 @@ class BenchSession:
             notes.append("timed runs produced different tokens: the runtime is not deterministic")
         if config.runtime == "genai":
             notes.append("onnxruntime-genai does not report node placement; provider as requested")
+        plugin = ort_plugin(get_caps(runner.ep).ort_provider)
+        if plugin is not None:
+            notes.append(f"ran through the {plugin.adapter}")
         placement = getattr(runner, "placement", None)
         if placement is not None and placement.fallback_ops:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(placement.fallback_ops.items()))

@@ -29,6 +29,7 @@ from engine.runtime.generation import Generation
 from engine.runtime.limits import check_threads
 from engine.runtime.media import MediaPrompt, check_processed_length
 from engine.runtime.package import Package, open_package
+from engine.runtime.plugins import register_genai
 from engine.runtime.sampling import GREEDY, Sampler
 from engine.runtime.session import one_line, require_provider
 from engine.runtime.session_files import load_failure
@@ -75,6 +76,7 @@ class GenaiRunner:
         self.package = package if isinstance(package, Package) else open_package(package)
         self.ep = ep or self.package.ep
         caps = require_provider(self.ep)
+        register_genai(caps.ort_provider)  # a plugin EP (WebGPU's) is registered with genai too
         provider = caps.genai_provider
         try:  # genai parses genai_config.json itself and raises RuntimeError for any problem
             config = og.Config(str(self.package.path))

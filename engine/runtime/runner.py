@@ -328,7 +328,21 @@ class Runner:
                 for name, value in self._step_inputs.values.items():
                     binding.bind_ortvalue_input(name, value)
             self._bind_kv(binding)
-            binding.bind_output(io.logits, self.handle.device)
+            if self.graph_capture:
+                # Replays write into the buffers capture saw: the logits get one of their
+                # own before the first decode run (the WebGPU plugin refuses to capture
+                # into an output the run allocates).
+                shape = (1, 1, self.package.vocab_size)
+                kind = next(o.type for o in session.get_outputs() if o.name == io.logits)
+                dtype = np.dtype(_FLOATS[kind])
+                logits = StaticTensors(
+                    {io.logits: (shape, dtype)}, self.handle.device, self.handle.provider
+                )
+                logits.write({io.logits: np.zeros(shape, dtype=dtype)})
+                self._logits_value = logits.values[io.logits]
+                binding.bind_ortvalue_output(io.logits, self._logits_value)
+            else:
+                binding.bind_output(io.logits, self.handle.device)
             self._decode_binding = binding
         elif self._step_inputs is not None:
             self._step_inputs.write({io.input_ids: ids, io.attention_mask: mask})

@@ -24,6 +24,7 @@ from typing import Any
 from engine.caps import EpCapabilities, get_caps
 from engine.errors import OptionsError, RuntimeUnavailableError, option
 from engine.runtime.limits import check_threads
+from engine.runtime.plugins import ort_plugin, plugin_providers
 from engine.runtime.session_files import load_failure
 
 CPU = "CPUExecutionProvider"
@@ -37,12 +38,14 @@ def one_line(exc: BaseException) -> str:
 
 
 def available_providers() -> list[str]:
-    """Providers this onnxruntime build offers; empty when onnxruntime is missing."""
+    """Providers this onnxruntime offers, built in or as a plugin with a device here
+    (:mod:`engine.runtime.plugins`); empty when onnxruntime is missing."""
     try:
         import onnxruntime as ort
     except ImportError:
         return []
-    return list(ort.get_available_providers())
+    built_in = list(ort.get_available_providers())
+    return [*built_in, *(p for p in plugin_providers() if p not in built_in)]
 
 
 def require_provider(ep: str) -> EpCapabilities:
@@ -98,6 +101,8 @@ class SessionHandle:
     graph_capture: bool
     load_seconds: float
     profiling: bool = False
+    adapter: str | None = None
+    """How a plugin EP ran (its version, GPU or software adapter); None for a built-in EP."""
     profile_state: _ProfileState = field(default_factory=_ProfileState, repr=False, compare=False)
 
 
@@ -145,17 +150,24 @@ def create_session(
         # One prefix per session, so the file of a session that fails to load is known.
         profile_prefix = Path(tempfile.gettempdir()) / f"es-profile-{os.getpid()}-{next(_SESSIONS)}"
         so.profile_file_prefix = str(profile_prefix)
-    providers: list[Any] = [provider]
-    if caps.session_config_prefix is not None:
+    plugin = ort_plugin(provider)
+    providers: list[Any] | None = [provider]
+    if plugin is not None:  # a plugin EP: its devices, the options as its own
+        so.add_provider_for_devices(list(plugin.devices), {k: str(v) for k, v in options.items()})
+        providers = None  # onnxruntime adds the CPU for what the plugin declines
+    elif caps.session_config_prefix is not None:
         for key, value in options.items():
             so.add_session_config_entry(caps.session_config_prefix + key, str(value))
     elif options:
         providers = [(provider, dict(options))]
-    if provider != CPU:
+    if providers is not None and provider != CPU:
         providers.append(CPU)
     started = time.perf_counter()
     try:
-        session = ort.InferenceSession(str(model_file), so, providers=providers)
+        if providers is None:
+            session = ort.InferenceSession(str(model_file), so)
+        else:
+            session = ort.InferenceSession(str(model_file), so, providers=providers)
     except Exception as exc:  # onnxruntime raises several unrelated types
         if profile_first_run:  # onnxruntime writes an empty profile for a failed load
             for leftover in profile_prefix.parent.glob(f"{profile_prefix.name}_*.json"):
@@ -190,6 +202,7 @@ def create_session(
         graph_capture=graph_capture,
         load_seconds=time.perf_counter() - started,
         profiling=profile_first_run,
+        adapter=plugin.adapter if plugin is not None else None,
     )
     if profile_first_run:
         weakref.finalize(handle, _discard_profile, session, handle.profile_state)

@@ -29,7 +29,7 @@ def packages(tmp_path_factory) -> dict[str, Path]:
         ep: export(
             root / ep, preset="gemma4-tiny", options=ExportOptions(ep=ep, random_weights=True)
         ).output
-        for ep in ("cpu", "webgpu")
+        for ep in ("cpu", "webgpu", "dml")
     }
 
 
@@ -122,18 +122,39 @@ def test_a_cancel_is_reported_as_a_cancel_not_a_failure(qtbot, window: MainWindo
 def test_eps_this_onnxruntime_lacks_are_disabled_and_the_advice_names_the_selector(
     qtbot, window: MainWindow, packages
 ):
-    panel = _open(qtbot, window, packages["webgpu"])
-    assert not _enabled(panel.ep, "webgpu")
-    reason = panel.ep.model().item(panel.ep.findData("webgpu")).toolTip()
-    assert "WebGpuExecutionProvider" in reason and "onnxruntime-webgpu" in reason
-    assert not _enabled(panel.ep, None)  # "the package's EP" is WebGPU here
+    panel = _open(qtbot, window, packages["dml"])
+    assert not _enabled(panel.ep, "dml")
+    reason = panel.ep.model().item(panel.ep.findData("dml")).toolTip()
+    assert "DmlExecutionProvider" in reason and "onnxruntime-directml" in reason
+    assert not _enabled(panel.ep, None)  # "the package's EP" is DirectML here
     assert panel.ep.currentData() == "cpu"  # moved onto one that runs
-    assert "WebGPU" in panel.ep.itemText(0)
-    request = BenchRequest(packages["webgpu"], prompt_len=8, new_tokens=4, repeats=1)
+    assert "DirectML" in panel.ep.itemText(0)
+    request = BenchRequest(packages["dml"], prompt_len=8, new_tokens=4, repeats=1)
     with qtbot.waitSignal(window.bencher.failed, timeout=60_000):
         window.bencher.run(request)  # forced onto the package's EP
     assert "Benchmark failed" in window.banner.text
     assert "“Execution provider”" in window.banner.text and "--ep" not in window.banner.text
+
+
+def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
+    qtbot, window: MainWindow, packages, screens
+):
+    """The WebGPU plugin EP (the dev and studio extras install it) runs beside onnxruntime
+    and genai: the Benchmark tab offers WebGPU with capture, runs off and on side by side,
+    and says the adapter is a software one here (lavapipe)."""
+    panel = _open(qtbot, window, packages["webgpu"])
+    assert _enabled(panel.ep, "webgpu") and _enabled(panel.capture, "both")
+    panel.ep.setCurrentIndex(panel.ep.findData("webgpu"))
+    panel.capture.setCurrentIndex(panel.capture.findData("both"))
+    with qtbot.waitSignal(panel.finished, timeout=300_000) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    outcome = done.args[0]
+    assert outcome.problem is None, outcome.problem
+    assert [r.graph_capture for r in outcome.results] == [False, True]
+    assert {r.provider for r in outcome.results} == {"WebGpuExecutionProvider"}
+    assert all(any("software adapter" in n for n in r.notes) for r in outcome.results)
+    assert panel.table.rowCount() == 2
+    screens(window, "07b-benchmark-webgpu-capture")
 
 
 def test_the_bench_job_is_a_plain_function(packages):

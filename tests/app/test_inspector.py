@@ -150,6 +150,7 @@ def test_about_lists_the_versions_of_onnxruntime_genai_and_qt(qtbot, window: Mai
     assert rows["onnxruntime"] == onnxruntime.__version__
     assert rows["onnxruntime-genai"] == onnxruntime_genai.__version__
     assert rows["Qt"] == qVersion()
+    assert "software adapter" in rows["WebGPU"]  # the plugin on lavapipe: no GPU here
     dialog = AboutDialog(window)
     qtbot.addWidget(dialog)
     assert onnxruntime.__version__ in dialog.details.text()

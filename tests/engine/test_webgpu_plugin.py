@@ -1,0 +1,112 @@
+"""WebGPU in the main environment: the ``onnxruntime-ep-webgpu`` plugin beside onnxruntime
+and onnxruntime-genai (the dev extra installs it; a missing one fails here, loudly).
+
+On this machine there is no GPU: the plugin runs on Mesa's lavapipe, which it offers only
+with ``ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1``; :mod:`engine.runtime.plugins` sets that when
+it found no GPU adapter and lavapipe is installed, and says so in every result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime_ep_webgpu  # noqa: F401  (the dev extra installs it)
+import pytest
+
+from engine.audit import audit_package
+from engine.caps import get_caps
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.runtime.bench import compare_capture
+from engine.runtime.bench_record import BenchConfig
+from engine.runtime.plugins import has_lavapipe, ort_plugin
+from engine.runtime.runner import Runner, RunnerOptions
+from engine.runtime.session import available_providers
+from tests._support.ort_loop import ort_greedy
+from tests._support.tiny_gemma import hf_greedy
+from tests._support.tiny_llama import make_checkpoint
+
+PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
+STEPS = 20
+LAVAPIPE_TOL = 1e-3
+"""Max |logit diff| of an fp32 package on lavapipe vs transformers; measured 2e-6 here
+(tests/engine/test_webgpu.py keeps 0.05 for the looser software-Vulkan cases)."""
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    found = ort_plugin("WebGpuExecutionProvider")
+    if found is None or not found.devices:
+        pytest.fail(
+            "the WebGPU plugin EP offers no device: "
+            + (
+                "no GPU adapter and no lavapipe (bash scripts/setup-webgpu.sh installs it)"
+                if not has_lavapipe()
+                else "see onnxruntime's log"
+            )
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("plugin")
+    model = make_checkpoint(root / "qwen3", "qwen3_sliding")
+    export(
+        root / "webgpu", model_dir=root / "qwen3", options=ExportOptions(ep="webgpu", dtype="fp32")
+    )
+    return root, model
+
+
+def test_the_plugin_is_offered_beside_the_cpu_runtime(plugin):
+    assert "WebGpuExecutionProvider" in available_providers()
+    assert "CPUExecutionProvider" in available_providers()
+    assert plugin.software == (not any("GPU" in str(d.device.type) for d in plugin.devices))
+    assert ("software adapter" in plugin.adapter) == plugin.software
+
+
+def test_a_family_package_on_the_plugin_equals_transformers_with_capture(plugin, qwen3):
+    """Our runner on the plugin: capture off and on give transformers' greedy tokens, the
+    logits within lavapipe's tolerance, and capture on equals off bit for bit."""
+    root, model = qwen3
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, STEPS)
+    runs = {}
+    for capture in (False, True):
+        runner = Runner(root / "webgpu", RunnerOptions(ep="webgpu", graph_capture=capture))
+        assert runner.handle.adapter == plugin.adapter
+        runs[capture] = runner.generate(PROMPT, STEPS, keep_logits=True)
+        assert list(runs[capture].tokens) == ref_tokens
+    last_rows = np.stack([step[-1] for step in ref_logits[:STEPS]])
+    for capture, run in runs.items():
+        diff = float(np.abs(np.stack(run.logits) - last_rows).max())
+        assert diff <= LAVAPIPE_TOL, (capture, diff)
+    np.testing.assert_array_equal(np.stack(runs[True].logits), np.stack(runs[False].logits))
+
+
+def test_genai_runs_the_plugin_and_the_bench_says_which_adapter(plugin, qwen3):
+    root, _ = qwen3
+    config = BenchConfig(
+        runtime="genai", ep="webgpu", prompt_length=8, new_tokens=8, repeats=1, warmup=0
+    )
+    result = compare_capture(root / "webgpu", config)
+    assert result.on is not None and result.agreement is not None, result
+    assert result.agreement.same_tokens and result.agreement.max_abs_logit_diff == 0.0
+    assert any(plugin.adapter in note for note in result.off.notes)
+
+
+def test_the_audit_measures_placement_on_the_plugin(plugin, qwen3):
+    root, _ = qwen3
+    (audit,) = audit_package(root / "webgpu", get_caps("webgpu"))
+    assert audit.placement is not None
+    assert set(audit.placement.provider_nodes) == {"WebGpuExecutionProvider"}
+    assert audit.capture_ready, audit.reasons()
+
+
+def test_the_cpu_reference_agrees(qwen3, tmp_path: Path):
+    """The same checkpoint's CPU package (GroupQueryAttention) gives the tokens the plugin
+    gave: the two lowerings of one model."""
+    root, model = qwen3
+    export(tmp_path / "cpu", model_dir=root / "qwen3", options=ExportOptions(dtype="fp32"))
+    tokens, _ = ort_greedy(tmp_path / "cpu", PROMPT, STEPS)
+    assert tokens == hf_greedy(model, PROMPT, STEPS)[0]
