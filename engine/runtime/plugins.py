@@ -16,9 +16,10 @@ to refuse it).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -98,18 +99,30 @@ def ort_plugin(provider: str) -> PluginDevice | None:
 
     if provider in ort.get_available_providers():
         return None  # a build with it built in (onnxruntime-webgpu): no plugin needed
-    ort.register_execution_provider_library(provider, library)
-    devices = _devices(ort, provider)
-    if not devices and os.environ.get(SOFTWARE_ADAPTER_ENV) is None and has_lavapipe():
-        # No GPU adapter: lavapipe instead, which the plugin offers only when told to
-        # before it is registered.
-        ort.unregister_execution_provider_library(provider)
-        os.environ[SOFTWARE_ADAPTER_ENV] = "1"
+    with _quiet(ort):
         ort.register_execution_provider_library(provider, library)
         devices = _devices(ort, provider)
+        if not devices and os.environ.get(SOFTWARE_ADAPTER_ENV) is None and has_lavapipe():
+            # No GPU adapter: lavapipe instead, which the plugin offers only when told to
+            # before it is registered.
+            ort.unregister_execution_provider_library(provider)
+            os.environ[SOFTWARE_ADAPTER_ENV] = "1"
+            ort.register_execution_provider_library(provider, library)
+            devices = _devices(ort, provider)
     software = bool(devices) and all("CPU" in str(d.device.type) for d in devices)
     version = str(devices[0].ep_metadata.get("version", "")) if devices else ""
     return PluginDevice(provider, library, version, devices, software)
+
+
+@contextlib.contextmanager
+def _quiet(ort: Any) -> Iterator[None]:
+    """onnxruntime's warnings off while a plugin registers (the software-adapter notice is
+    said in the results instead, once, in words)."""
+    ort.set_default_logger_severity(3)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)
 
 
 def _devices(ort: Any, provider: str) -> tuple[Any, ...]:

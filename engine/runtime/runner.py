@@ -328,18 +328,8 @@ class Runner:
                 for name, value in self._step_inputs.values.items():
                     binding.bind_ortvalue_input(name, value)
             self._bind_kv(binding)
-            if self.graph_capture:
-                # Replays write into the buffers capture saw: the logits get one of their
-                # own before the first decode run (the WebGPU plugin refuses to capture
-                # into an output the run allocates).
-                shape = (1, 1, self.package.vocab_size)
-                kind = next(o.type for o in session.get_outputs() if o.name == io.logits)
-                dtype = np.dtype(_FLOATS[kind])
-                logits = StaticTensors(
-                    {io.logits: (shape, dtype)}, self.handle.device, self.handle.provider
-                )
-                logits.write({io.logits: np.zeros(shape, dtype=dtype)})
-                self._logits_value = logits.values[io.logits]
+            self._logits_value = self._logits_buffer() if self.graph_capture else None
+            if self._logits_value is not None:
                 binding.bind_ortvalue_output(io.logits, self._logits_value)
             else:
                 binding.bind_output(io.logits, self.handle.device)
@@ -356,6 +346,21 @@ class Runner:
             self._logits_value = binding.get_outputs()[-1]
             binding.bind_ortvalue_output(io.logits, self._logits_value)
         return _last_row(self._logits_value)
+
+    def _logits_buffer(self) -> Any:
+        """A device buffer for the logits that replays write into, made before the first
+        decode run: the WebGPU plugin refuses to capture into an output the run allocates.
+        None where this onnxruntime cannot make device buffers from numpy (onnxruntime-webgpu
+        1.27): the first decode run's own buffer is pinned instead."""
+        import onnxruntime as ort
+
+        io = self.package.io
+        kind = next(o.type for o in self.handle.session.get_outputs() if o.name == io.logits)
+        zeros = np.zeros((1, 1, self.package.vocab_size), dtype=_FLOATS[kind])
+        try:
+            return ort.OrtValue.ortvalue_from_numpy(zeros, self.handle.device, 0)
+        except (RuntimeError, ValueError, TypeError):
+            return None
 
     def _bind_kv(self, binding: Any) -> None:
         assert self._kv is not None

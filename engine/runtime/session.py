@@ -24,7 +24,7 @@ from typing import Any
 from engine.caps import EpCapabilities, get_caps
 from engine.errors import OptionsError, RuntimeUnavailableError, option
 from engine.runtime.limits import check_threads
-from engine.runtime.plugins import ort_plugin, plugin_providers
+from engine.runtime.plugins import PLUGIN_MODULES, ort_plugin, plugin_providers
 from engine.runtime.session_files import load_failure
 
 CPU = "CPUExecutionProvider"
@@ -35,6 +35,14 @@ def one_line(exc: BaseException) -> str:
     """A child library's error text on one line: onnxruntime's and genai's messages can
     span several (C++ signatures, stack notes)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _built_in_providers() -> list[str]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    return list(ort.get_available_providers())
 
 
 def available_providers() -> list[str]:
@@ -56,7 +64,9 @@ def require_provider(ep: str) -> EpCapabilities:
         RuntimeUnavailableError: onnxruntime is missing or lacks the provider.
     """
     caps = get_caps(ep)
-    offered = available_providers()
+    offered = _built_in_providers()
+    if offered and caps.ort_provider not in offered and caps.ort_provider in PLUGIN_MODULES:
+        offered = available_providers()  # a plugin is registered only when it is asked for
     if not offered:
         raise RuntimeUnavailableError(
             "onnxruntime is not installed; install it (pip install onnxruntime) "

@@ -63,9 +63,9 @@ def test_missing_unexpected_and_misshaped_tensors_listed_together(checkpoint: Pa
 
 def test_unknown_model_type(checkpoint: Path, tmp_path: Path):
     config = json.loads((checkpoint / "config.json").read_text())
-    config["model_type"] = "mistral"
+    config["model_type"] = "falcon"
     (checkpoint / "config.json").write_text(json.dumps(config))
-    with pytest.raises(SpecError, match="model type 'mistral' is not supported"):
+    with pytest.raises(SpecError, match="model type 'falcon' is not supported"):
         export(tmp_path / "out", model_dir=checkpoint)
 
 

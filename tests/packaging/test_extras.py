@@ -25,7 +25,8 @@ def extras() -> dict[str, dict[str, str]]:
 def test_the_studio_extra_has_the_window_genai_and_transformers_pinned_as_the_tests_run_them():
     found = extras()
     studio, dev = found["studio"], found["dev"]
-    assert studio["export-studio"] == "export-studio[gui]"
+    assert studio["export-studio"] == "export-studio[gui,webgpu]"
+    assert found["webgpu"]["onnxruntime-ep-webgpu"] == dev["onnxruntime-ep-webgpu"]
     for name in ("onnxruntime-genai", "torch", "transformers"):
         assert studio[name] == dev[name], f"{name}: the studio and the tests would differ"
         assert "==" in studio[name], f"{name} unpinned: pip may pull another build"

@@ -1,0 +1,285 @@
+"""A trained reference model that any machine can make without downloads, and how much each
+quantization choice costs on it (issue 24's first step).
+
+The corpus is the Python standard library's own source files (every machine with Python has
+them): files are split into training and held-out text by a hash of their path. A byte-level
+BPE tokenizer (the ``tokenizers`` library) is trained on the training text, then a small
+Qwen3-architecture model (q/k norms, GQA, tied head) from scratch with transformers, seeded.
+The checkpoint is saved with its tokenizer like any Hugging Face folder; weights are never
+committed (``--keep DIR`` keeps them).
+
+Then each quantization choice is exported from that checkpoint with the engine (CPU, fp32
+activations, ``accuracy_level`` 0 so only the weights differ) and scored against the float
+package on held-out sequences, every position teacher-forced in one prefill:
+
+* ``kld``: mean KL(float || quantized) of the next-token distributions, nats per token;
+* ``top1``: how often the two pick the same next token;
+* ``ppl``: perplexity of the held-out text (and the float package's, and transformers');
+* ``bytes``: the package's decoder weights.
+
+Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two cores;
+``--preset gpu`` is the benchmark size for the lent H200 (training on CUDA):
+
+    python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": dict(
+        vocab=2048, hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, mlp=384,
+        seq=128, batch=16, steps=600, lr=3e-3, eval_sequences=24,
+    ),
+    "gpu": dict(
+        vocab=8192, hidden=512, layers=8, heads=8, kv_heads=2, head_dim=64, mlp=1536,
+        seq=256, batch=64, steps=3000, lr=2e-3, eval_sequences=64,
+    ),
+}  # fmt: skip
+CHOICES: dict[str, dict[str, Any]] = {
+    "int8_rtn": dict(weight_bits=8, embedding_bits=8),
+    "int4_rtn": dict(weight_bits=4, embedding_bits=4),
+    "int4_search": dict(weight_bits=4, embedding_bits=4, quant_method="search"),
+    "int4_weights_float_tables": dict(weight_bits=4),
+    "int4_rtn_b128": dict(weight_bits=4, embedding_bits=4, block_size=128),
+}
+"""Each quantization choice, as ExportOptions fields (block 32 unless named)."""
+
+
+def corpus() -> tuple[str, str, dict[str, int]]:
+    """Training and held-out text from the standard library's ``.py`` files, split by a
+    hash of each file's path relative to the library (the same split on every machine
+    with the same Python)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    train: list[str] = []
+    held: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if "site-packages" in rel or rel.startswith(("test/", "idlelib/", "lib2to3/tests")):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        bucket = hashlib.sha256(rel.encode()).digest()[0]
+        (held if bucket < 13 else train).append(text)  # about 5 % held out
+    stats = {"train_files": len(train), "held_out_files": len(held)}
+    return "\n".join(train), "\n".join(held), stats
+
+
+def train_tokenizer(text: str, vocab: int, out: Path) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=["<pad>", "<eos>", "<bos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    chunks = text.split("\n\n")
+    tokenizer.train_from_iterator(chunks, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>"
+    )
+    fast.save_pretrained(out)
+    return tokenizer
+
+
+def train_model(ids: np.ndarray, size: dict[str, Any], out: Path, seed: int) -> dict[str, Any]:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = Qwen3Config(
+        vocab_size=size["vocab"],
+        hidden_size=size["hidden"],
+        intermediate_size=size["mlp"],
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        num_key_value_heads=size["kv_heads"],
+        head_dim=size["head_dim"],
+        max_position_embeddings=max(512, 2 * size["seq"]),
+        tie_word_embeddings=True,
+        bos_token_id=2,
+        eos_token_id=1,
+        pad_token_id=0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+    )
+    model = Qwen3ForCausalLM(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=size["lr"], weight_decay=0.1)
+    steps, seq, batch = size["steps"], size["seq"], size["batch"]
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=size["lr"], total_steps=steps, pct_start=0.05
+    )
+    generator = np.random.default_rng(seed)
+    data = torch.from_numpy(ids.astype(np.int64))
+    losses = []
+    started = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        starts = generator.integers(0, len(data) - seq - 1, size=batch)
+        x = torch.stack([data[s : s + seq] for s in starts]).to(device)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = model(input_ids=x, labels=x).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+    model.eval().to("cpu").float()
+    model.save_pretrained(out)
+    return {
+        "device": device,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "loss_first_50": round(float(np.mean(losses[:50])), 3),
+        "loss_last_50": round(float(np.mean(losses[-50:])), 3),
+        "model": model,
+    }
+
+
+def prefill_logits(package: Path, sequences: list[np.ndarray]) -> list[np.ndarray]:
+    """Logits [S, V] of every position of each sequence, one prefill per sequence."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    search = json.loads((package / "genai_config.json").read_text())["search"]
+    length = search["max_length"] if search.get("past_present_share_buffer") else 0
+    out = []
+    for seq in sequences:
+        feeds: dict[str, np.ndarray] = {
+            "input_ids": seq[None].astype(np.int64),
+            "attention_mask": np.ones((1, len(seq)), np.int64),
+        }
+        for name, info in inputs.items():
+            if name.startswith("past_key_values"):
+                feeds[name] = np.zeros((1, info.shape[1], length, info.shape[3]), np.float32)
+        out.append(session.run(["logits"], feeds)[0][0].astype(np.float64))
+    return out
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def score(
+    reference: list[np.ndarray], logits: list[np.ndarray], sequences: list[np.ndarray]
+) -> dict[str, float]:
+    kld, agree, nll, count = 0.0, 0, 0.0, 0
+    for ref, got, seq in zip(reference, logits, sequences, strict=True):
+        p_log, q_log = _log_softmax(ref[:-1]), _log_softmax(got[:-1])
+        kld += float((np.exp(p_log) * (p_log - q_log)).sum())
+        agree += int((ref[:-1].argmax(-1) == got[:-1].argmax(-1)).sum())
+        nll -= float(q_log[np.arange(len(seq) - 1), seq[1:]].sum())
+        count += len(seq) - 1
+    return {
+        "kld": kld / count,
+        "top1": agree / count,
+        "ppl": math.exp(nll / count),
+    }
+
+
+def main() -> None:
+    from engine.options import ExportOptions
+    from engine.pipeline import export
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--steps", type=int, default=None, help="training steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the checkpoint here")
+    args = parser.parse_args()
+    size = dict(PRESETS[args.preset])
+    if args.steps is not None:
+        size["steps"] = args.steps
+    report: dict[str, Any] = {"preset": args.preset, "size": size, "seed": args.seed}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        checkpoint = args.keep or root / "reference"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        train_text, held_text, stats = corpus()
+        report["corpus"] = {**stats, "train_chars": len(train_text), "held_chars": len(held_text)}
+        started = time.perf_counter()
+        tokenizer = train_tokenizer(train_text, size["vocab"], checkpoint)
+        report["tokenizer_seconds"] = round(time.perf_counter() - started, 1)
+        train_ids = np.array(tokenizer.encode(train_text).ids, dtype=np.int32)
+        held_ids = np.array(tokenizer.encode(held_text).ids, dtype=np.int32)
+        report["corpus"].update(train_tokens=len(train_ids), held_tokens=len(held_ids))
+        trained = train_model(train_ids, size, checkpoint, args.seed)
+        model = trained.pop("model")
+        report["training"] = trained
+        seq, count = size["seq"], size["eval_sequences"]
+        stride = max(seq, (len(held_ids) - seq) // count)
+        sequences = [held_ids[i * stride : i * stride + seq] for i in range(count)]
+        report["eval"] = {"sequences": count, "tokens_each": seq}
+
+        import torch
+
+        with torch.no_grad():
+            hf = [
+                model(input_ids=torch.from_numpy(s[None].astype(np.int64)))
+                .logits[0]
+                .double()
+                .numpy()
+                for s in sequences
+            ]
+        packages: dict[str, Any] = {}
+        base = dict(ep="cpu", dtype="fp32", accuracy_level=0)
+        float_dir = root / "float"
+        started = time.perf_counter()
+        result = export(float_dir, model_dir=checkpoint, options=ExportOptions(**base))
+        float_seconds = time.perf_counter() - started
+        reference = prefill_logits(float_dir, sequences)
+        packages["float"] = {
+            **score(reference, reference, sequences),
+            "bytes": result.plan.nbytes,
+            "export_seconds": round(float_seconds, 2),
+        }
+        packages["float"]["max_abs_vs_transformers"] = max(
+            float(np.abs(a - b).max()) for a, b in zip(hf, reference, strict=True)
+        )
+        packages["transformers"] = score(reference, hf, sequences)
+        for name, choice in CHOICES.items():
+            out = root / name
+            started = time.perf_counter()
+            result = export(out, model_dir=checkpoint, options=ExportOptions(**base, **choice))
+            seconds = time.perf_counter() - started
+            packages[name] = {
+                **score(reference, prefill_logits(out, sequences), sequences),
+                "bytes": result.plan.nbytes,
+                "export_seconds": round(seconds, 2),
+            }
+        float_bytes = packages["float"]["bytes"]
+        for entry in packages.values():
+            if "bytes" in entry:
+                entry["bytes_vs_float"] = round(entry["bytes"] / float_bytes, 3)
+            for key in ("kld", "top1", "ppl"):
+                entry[key] = round(entry[key], 5)
+        report["packages"] = packages
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
