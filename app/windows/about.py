@@ -69,9 +69,9 @@ def webgpu_adapter() -> str:
 
         from engine.runtime.plugins import ort_plugin
 
-        if "WebGpuExecutionProvider" in ort.get_available_providers():
+        plugin = ort_plugin("WebGpuExecutionProvider")  # None for a build that has it built in
+        if plugin is None and "WebGpuExecutionProvider" in ort.get_available_providers():
             return f"built into onnxruntime {ort.__version__}"
-        plugin = ort_plugin("WebGpuExecutionProvider")
     except Exception as exc:  # a broken runtime must not keep About from opening
         return f"unavailable ({type(exc).__name__}: {exc})"
     if plugin is None:
