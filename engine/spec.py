@@ -300,6 +300,9 @@ class ModelSpec:
     """The q, k and v projections have biases (Qwen2, ``attention_bias``)."""
     o_bias: bool = False
     """The output projection has a bias (Llama's ``attention_bias`` sets both)."""
+    stored_fused: bool = False
+    """The checkpoint stores q/k/v as one ``qkv_proj`` and gate/up as one ``gate_up_proj``
+    (Phi-3); the graph reads them as they are and splits the outputs."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

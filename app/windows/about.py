@@ -91,7 +91,7 @@ class AboutDialog(QDialog):
         text = "\n".join(f"{name}: {value}" for name, value in self.rows)
         intro = QLabel(
             f"<b>{APP_NAME}</b> exports Hugging Face LLMs (Gemma 4, Llama 3.x, Qwen3, Qwen2.5, "
-            "Mistral, SmolLM3) to ONNX Runtime GenAI packages tuned for one execution "
+            "Mistral, SmolLM3, Phi-3) to ONNX Runtime GenAI packages tuned for one execution "
             "provider, and shows what you get."
         )
         intro.setWordWrap(True)

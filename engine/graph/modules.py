@@ -289,14 +289,24 @@ class FusedLinear(Module):
 
 class GatedMLP(Module):
     """``down(act(gate(x)) * up(x))``, Gemma's MLP; ``fused`` computes gate and up as one
-    projection (:class:`FusedLinear`) and splits its output."""
+    projection (:class:`FusedLinear`) and splits its output; ``stored_fused`` reads a
+    checkpoint that keeps them as one ``gate_up_proj`` (Phi-3)."""
 
     def __init__(
-        self, hidden: int, intermediate: int, activation: str, *, fused: bool = False
+        self,
+        hidden: int,
+        intermediate: int,
+        activation: str,
+        *,
+        fused: bool = False,
+        stored_fused: bool = False,
     ) -> None:
         self.activation = activation
-        self._fused = fused
-        if fused:
+        self._fused = fused or stored_fused
+        self.gate_up_proj: Linear | FusedLinear
+        if stored_fused:  # the checkpoint's own gate_up_proj [2 * I, H], gate rows first
+            self.gate_up_proj = Linear(hidden, 2 * intermediate)
+        elif fused:
             self.gate_up_proj = FusedLinear(
                 hidden, [("gate_proj", intermediate), ("up_proj", intermediate)]
             )

@@ -55,7 +55,13 @@ class Attention(Module):
         self._static = static
         self._qk_norm = spec.qk_norm
         self._value_norm = spec.value_norm
-        if static and layer.owns_kv:
+        self._stored_fused = spec.stored_fused
+        self.qkv_proj: Linear | FusedLinear
+        if spec.stored_fused:  # the checkpoint's own qkv_proj: one MatMul on every lowering
+            if not layer.owns_kv or layer.k_eq_v or spec.qk_norm or spec.value_norm:
+                raise ValueError("a stored qkv_proj is lowered for plain KV-owning layers only")
+            self.qkv_proj = Linear(h, heads * dim + 2 * kv_width, bias=bias)
+        elif static and layer.owns_kv:
             value = "k_proj" if layer.k_eq_v else "v_proj"
             self.qkv_proj = FusedLinear(
                 h, [("q_proj", heads * dim), ("k_proj", kv_width), (value, kv_width)], bias=bias
@@ -106,9 +112,13 @@ class Attention(Module):
             return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
 
         q_norm = self._norm("q_norm")
-        query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
         key = value = None
-        if layer.owns_kv:
+        if self._stored_fused:
+            widths = ctx.ints([heads * dim, kv_heads * dim, kv_heads * dim])
+            query, key, value = op.Split(self.qkv_proj(ctx, x), widths, axis=-1, _outputs=3)
+            past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
+        elif layer.owns_kv:
+            query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
             k_norm, v_norm = self._norm("k_norm"), self._norm("v_norm")
             key_raw = project(self.k_proj, kv_heads, k_norm)
             value_raw = key_raw if self.v_proj is None else project(self.v_proj, kv_heads, v_norm)
@@ -116,6 +126,7 @@ class Attention(Module):
             value = finish(*value_raw, kv_heads, v_norm)
             past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
         else:
+            query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
             # Attend to the producer's full present KV; this layer adds nothing to it.
             past_key, past_value = state.presents[layer.kv_source]
         lower = attn.gqa if state.use_gqa else attn.standard
@@ -281,7 +292,13 @@ class DecoderLayer(Module):
         self.input_layernorm = RMSNorm(h)
         self.self_attn = Attention(spec, layer, static=static)
         self.post_attention_layernorm = RMSNorm(h)
-        self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
+        self.mlp = GatedMLP(
+            h,
+            layer.intermediate_size,
+            spec.hidden_activation,
+            fused=fuse,
+            stored_fused=spec.stored_fused,
+        )
 
     def __call__(
         self, ctx: BuildContext, hidden: ir.Value, pending: ir.Value | None, state: DecoderState

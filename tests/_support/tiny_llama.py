@@ -1,5 +1,5 @@
-"""Tiny random Llama, Mistral, Qwen2, Qwen3 and SmolLM3 checkpoints built offline with
-transformers.
+"""Tiny random Llama, Mistral, Qwen2, Qwen3, SmolLM3 and Phi-3 checkpoints built offline
+with transformers.
 
 Odd widths on purpose (hidden 72, MLP 136, vocab 331): nothing may assume powers of two.
 """
@@ -75,6 +75,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
         use_sliding_window=True,
         sliding_window=8,
     ),
+    # Phi-3 mini's shape: q/k/v and gate/up fused in the checkpoint, a window on every layer
+    # (mini-4k's is 2047), head_dim from hidden / heads, untied head.
+    "phi3": dict(model_type="phi3", head_dim=None, hidden_size=64, sliding_window=8),
 }
 
 _CLASSES = {
@@ -83,6 +86,7 @@ _CLASSES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
 }
 
 

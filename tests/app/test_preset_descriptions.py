@@ -13,7 +13,7 @@ PATH = re.compile(
     r"|\w+/[\w.-]+/"  # two slashes: a path, not an owner/name repository id
     r"|\.(?:py|md|json|txt|ya?ml|ipynb)\b"  # a file name
 )
-REPOSITORY = re.compile(r"\b(?:google|Qwen|meta-llama|mistralai|HuggingFaceTB)/[\w.-]+")
+REPOSITORY = re.compile(r"\b(?:google|Qwen|meta-llama|mistralai|HuggingFaceTB|microsoft)/[\w.-]+")
 INTERNAL = (
     "validator",
     "pinning",

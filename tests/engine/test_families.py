@@ -137,6 +137,9 @@ def test_the_fixtures_exercise_what_they_claim(checkpoints: Checkpoints):
     assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
     _, qwen3, _, _ = checkpoints.get("qwen3")
     assert qwen3.model.layers[0].self_attn.q_norm.weight.shape == (48,)
+    _, phi3, _, _ = checkpoints.get("phi3")
+    assert phi3.model.layers[0].self_attn.qkv_proj.weight.shape == (4 * 16 + 2 * 2 * 16, 64)
+    assert phi3.model.layers[0].mlp.gate_up_proj.weight.shape == (2 * 136, 64)
     _, smol, _, _ = checkpoints.get("smollm3")
     spec = spec_from_config(smol.config.to_dict())
     assert [x.rope for x in spec.layers] == [True, False, True]
@@ -224,6 +227,18 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
             "unknown layer types",
         ),
         ("smollm3", {"no_rope_layers": [1, 0]}, "'no_rope_layers' has 2 entries"),
+        (
+            "phi3",
+            {
+                "rope_scaling": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0],
+                    "long_factor": [1.0],
+                }
+            },
+            "rope_type 'longrope' is not supported",
+        ),
+        ("phi3", {"partial_rotary_factor": 0.75}, "rotating part of each head is not exported"),
         ("smollm3", {"no_rope_layers": [1, 2, 1]}, "must be a list of 0 and 1"),
     ],
 )

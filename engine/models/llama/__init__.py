@@ -1,5 +1,5 @@
-"""Llama 3.x, Mistral, Qwen2 / Qwen2.5, Qwen3 and SmolLM3: pre-norm decoders of one layer
-shape, text only, as one family record (their differences are data: :mod:`.config`)."""
+"""Llama 3.x, Mistral, Qwen2 / Qwen2.5, Qwen3, SmolLM3 and Phi-3: pre-norm decoders of one
+layer shape, text only, as one family record (their differences are data: :mod:`.config`)."""
 
 from __future__ import annotations
 

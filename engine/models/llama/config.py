@@ -1,11 +1,11 @@
 """The ``config.json`` of Llama and the decoders shaped like it (Mistral, Qwen2 / Qwen2.5,
-Qwen3, SmolLM3) into a :class:`~engine.spec.ModelSpec`.
+Qwen3, SmolLM3, Phi-3) into a :class:`~engine.spec.ModelSpec`.
 
 They share one layer (pre-norm attention and a gated MLP) and differ in data, which each
 type's :class:`Variant` says: Qwen2's q/k/v biases, Qwen3's q/k norms, SmolLM3's layers
-without RoPE, where a sliding window applies. Both RoPE formats are read: transformers 5's
-``rope_parameters`` and the ``rope_theta`` / ``rope_scaling`` pair published checkpoints
-carry.
+without RoPE, Phi-3's fused checkpoint tensors, where a sliding window applies. Both RoPE
+formats are read: transformers 5's ``rope_parameters`` and the ``rope_theta`` /
+``rope_scaling`` pair published checkpoints carry.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ class Variant:
     max_positions: int = 2048
     window: int | None = None
     """The ``sliding_window`` of a config that leaves the field out (``null`` is none)."""
+    stored_fused: bool = False
+    """The checkpoint keeps ``qkv_proj`` and ``gate_up_proj`` fused (Phi-3)."""
     no_rope: bool = False
     """Some layers skip RoPE (SmolLM3's ``no_rope_layers``: 1 rotates, 0 does not; by
     default every ``no_rope_layer_interval``-th layer does not)."""
@@ -60,6 +62,7 @@ VARIANTS: dict[str, Variant] = {
     "smollm3": Variant(
         "attention_bias", True, False, "smollm3", max_positions=32_768, no_rope=True
     ),
+    "phi3": Variant("never", False, False, "all", max_positions=4096, stored_fused=True),
 }
 MODEL_TYPES = tuple(VARIANTS)
 
@@ -163,6 +166,7 @@ def read_spec(
         qk_norm=variant.qk_norm,
         qkv_bias=qkv_bias,
         o_bias=variant.o_bias and attention_bias,
+        stored_fused=variant.stored_fused,
         raw=dict(config),
     )
 
