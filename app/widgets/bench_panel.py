@@ -340,6 +340,13 @@ class BenchPanel(QWidget):
                 f"{first.time_to_first_token_seconds * 1e3:,.0f} ms with the encoders, then "
                 f"{first.decode_tokens_per_second:,.1f} tok/s."
             )
+        adapters = {
+            note.removeprefix("ran through the ")
+            for r in outcome.results
+            for note in r.notes
+            if note.startswith("ran through the ")
+        }
+        lines += [f"Ran on the {adapter}." for adapter in sorted(adapters)]
         if outcome.agreement is not None:
             a = outcome.agreement
             lines.append(

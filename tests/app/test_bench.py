@@ -154,6 +154,8 @@ def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     assert {r.provider for r in outcome.results} == {"WebGpuExecutionProvider"}
     assert all(any("software adapter" in n for n in r.notes) for r in outcome.results)
     assert panel.table.rowCount() == 2
+    assert "Ran on the WebGpuExecutionProvider plugin" in panel.note.text()
+    assert "software adapter" in panel.note.text()
     screens(window, "07b-benchmark-webgpu-capture")
 
 
