@@ -86,21 +86,6 @@ def _nodes(package: Path) -> dict[str, Any]:
     return {"total": sum(counts.values()), "by_op": dict(sorted(counts.items()))}
 
 
-def _genai_tokens(package: Path, steps: int) -> list[int]:
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    params = og.GeneratorParams(model)
-    params.set_search_options(
-        do_sample=False, max_length=len(PROMPT) + steps, min_length=len(PROMPT) + steps
-    )
-    generator = og.Generator(model, params)
-    generator.append_tokens(PROMPT)
-    while not generator.is_done():
-        generator.generate_next_token()
-    return [int(t) for t in generator.get_sequence(0)][len(PROMPT) :]
-
-
 def _agreement(tokens: list[int], reference: list[int]) -> dict[str, Any]:
     first = next(
         (i for i, (a, b) in enumerate(zip(tokens, reference, strict=True)) if a != b), None
@@ -109,6 +94,7 @@ def _agreement(tokens: list[int], reference: list[int]) -> dict[str, Any]:
 
 
 def main() -> None:
+    from tests._support.genai_loop import genai_greedy
     from tests._support.tiny_gemma import hf_greedy
     from tests._support.tiny_llama import CONFIGS, make_checkpoint
 
@@ -144,7 +130,7 @@ def main() -> None:
                     if case[side]["exit_code"]:
                         continue
                     try:
-                        tokens = _genai_tokens(package, args.steps)
+                        tokens = genai_greedy(package, PROMPT, args.steps)
                     except Exception as exc:  # the builder's package may fail in genai
                         case[side]["genai_error"] = str(exc)[:400]
                     else:

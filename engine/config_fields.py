@@ -44,6 +44,29 @@ class ConfigFields:
             )
         return int(size)
 
+    def layer_count(self, key: str = "num_hidden_layers") -> int:
+        """A layer count: at least 1, at most :data:`MAX_LAYERS`."""
+        count = int(self.required(key, least=1))
+        if count > MAX_LAYERS:
+            raise self.error(key, f"is {count:,}; the engine exports at most {MAX_LAYERS}")
+        return count
+
+    def non_negative(self, key: str, default: float) -> float:
+        """A float field that may be 0 but not negative (an epsilon)."""
+        value = float(self.optional(key, default, float))
+        if value < 0:
+            raise self.error(key, f"must not be negative, got {value}")
+        return value
+
+    def one_of(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
+        """A text field whose value must be one of ``allowed`` (an activation's name)."""
+        value = str(self.optional(key, default, str))
+        if value not in allowed:
+            raise SpecError(
+                f"{self.origin}: {key} '{value}' is not supported (supported: {', '.join(allowed)})"
+            )
+        return value
+
     def error(self, key: str, problem: str) -> SpecError:
         return SpecError(f"{self.origin}: field '{key}' {problem}")
 
@@ -112,3 +135,13 @@ def token_ids(vocab: int, *sources: ConfigFields) -> tuple[int | None, tuple[int
         tuple(token("eos_token_id", e, eos_src) for e in eos_list),
         token("pad_token_id", pad, pad_src) if pad is not None else None,
     )
+
+
+def source_dtype(*sources: Mapping[str, Any]) -> str:
+    """The dtype a checkpoint is stored in: the first ``dtype`` or ``torch_dtype`` of
+    ``sources`` (a sub-config before its parent), float32 when none says."""
+    for source in sources:
+        for key in ("dtype", "torch_dtype"):
+            if source.get(key):
+                return str(source[key])
+    return "float32"

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_bench import run as _run
 from stage_report import Report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,26 +37,6 @@ VARIANTS = {
     "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
     "fp16": ["--dtype", "fp16"],
 }
-
-
-def _run(cmd: list[str], timeout: float, env: dict[str, str]) -> dict[str, Any]:
-    """Run a command; never raises: rc, seconds, stdout and the stderr's tail."""
-    if timeout < 10:
-        return {"skipped": "no time left in the budget"}
-    started = time.monotonic()
-    try:
-        done = subprocess.run(
-            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-        )
-        out: dict[str, Any] = {
-            "rc": done.returncode,
-            "stdout": done.stdout[-30000:],
-            "stderr_tail": done.stderr[-3000:],
-        }
-    except subprocess.TimeoutExpired:
-        out = {"rc": None, "timeout_s": timeout}
-    out["seconds"] = round(time.monotonic() - started, 1)
-    return out
 
 
 _CUDA_GRAPH_SESSION = r"""

@@ -198,6 +198,7 @@ def standard_inputs(
     )
     keep = op.Unsqueeze(op.Equal(attention_mask, ctx.const(mask_one)), ctx.ints([1, 2]))
     inputs = AttentionInputs(input_ids=input_ids, query_positions=positions)
+    rotated = rotary_kinds(ctx.spec)
     for kind in _kinds(ctx):
         allowed = op.GreaterOrEqual(distance, zero)
         if kind == "sliding":
@@ -205,7 +206,7 @@ def standard_inputs(
             allowed = op.And(allowed, op.Less(distance, window))
         allowed = op.And(op.Unsqueeze(allowed, ctx.ints([0, 1])), keep)  # [B, 1, S, T]
         inputs.bias[kind] = _additive(ctx, allowed)
-        if kind not in rotary_kinds(ctx.spec):
+        if kind not in rotated:
             continue
         cos, sin = rope_caches(ctx, kind)
         rows = op.Unsqueeze(positions, ctx.ints([0]))  # [1, S]

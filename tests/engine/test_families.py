@@ -17,11 +17,11 @@ from engine.errors import SpecError
 from engine.models import family_for, spec_from_config
 from engine.options import ExportOptions
 from engine.pipeline import export
+from tests._support.genai_loop import genai_greedy
 from tests._support.ort_loop import ort_greedy
 from tests._support.quantized import dequantized_model, forced_logits, hf_forced_logits
 from tests._support.tiny_gemma import hf_greedy
 from tests._support.tiny_llama import BASE, CONFIGS, make_checkpoint
-from tests.engine.test_genai import genai_greedy
 
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 STEPS = 24  # 36 positions: past every tiny sliding window (8)

@@ -10,23 +10,11 @@ import pytest
 
 from engine.options import ExportOptions
 from engine.pipeline import export
+from tests._support.genai_loop import genai_greedy
 from tests._support.tiny_gemma import hf_greedy
 
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 NEW_TOKENS = 20
-
-
-def genai_greedy(package: Path, prompt: list[int], new_tokens: int) -> list[int]:
-    model = og.Model(str(package))
-    params = og.GeneratorParams(model)
-    params.set_search_options(
-        do_sample=False, max_length=len(prompt) + new_tokens, min_length=len(prompt) + new_tokens
-    )
-    generator = og.Generator(model, params)
-    generator.append_tokens(prompt)
-    while not generator.is_done():
-        generator.generate_next_token()
-    return [int(t) for t in generator.get_sequence(0)][len(prompt) :]
 
 
 @pytest.mark.parametrize("attention", ["gqa", "standard"])

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.config_fields import MAX_LAYERS, ConfigFields, token_ids
+from engine.config_fields import ConfigFields, source_dtype, token_ids
 from engine.errors import SpecError
 from engine.models.gemma4.tower_config import audio_spec, multimodal_tokens, vision_spec
+from engine.models.layer_types import LAYER_TYPE_NAMES, layer_kinds
 from engine.models.rope_config import read_rope
 from engine.spec import (
     ROPE_KINDS,
@@ -31,10 +32,6 @@ SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
 ROPE_TYPES: tuple[RopeKind, ...] = ROPE_KINDS
 """Gemma 4's checkpoints use default and proportional RoPE; its graphs take every kind the
 spec describes (the caches are computed from the spec), as transformers' Gemma 4 does."""
-_LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
-    "sliding_attention": "sliding",
-    "full_attention": "full",
-}
 
 
 def _rope_specs(text: ConfigFields) -> dict[AttentionKind, RopeSpec]:
@@ -48,7 +45,7 @@ def _rope_specs(text: ConfigFields) -> dict[AttentionKind, RopeSpec]:
     if not isinstance(params, Mapping):
         raise SpecError(f"{text.origin}: 'rope_parameters' must be an object, got {params!r}")
     specs = dict(defaults)
-    for layer_type, kind in _LAYER_TYPE_NAMES.items():
+    for layer_type, kind in LAYER_TYPE_NAMES.items():
         entry = params.get(layer_type)
         if entry is None:
             continue
@@ -65,27 +62,11 @@ def _layer_types(text: ConfigFields, num_layers: int) -> list[AttentionKind]:
     raw = text.data.get("layer_types")
     if raw is None:
         # transformers' default: five sliding layers, then one full layer.
-        names = [
-            "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(num_layers)
-        ]
-    elif isinstance(raw, list) and all(isinstance(n, str) for n in raw):
-        names = list(raw)
-    else:
-        raise SpecError(f"{text.origin}: 'layer_types' must be a list of names, got {raw!r}")
-    if len(names) != num_layers:
-        raise SpecError(
-            f"{text.origin}: 'layer_types' has {len(names)} entries "
-            f"but num_hidden_layers is {num_layers}"
-        )
-    unknown = sorted({n for n in names if n not in _LAYER_TYPE_NAMES})
-    if unknown:
-        raise SpecError(
-            f"{text.origin}: unknown layer types {unknown} "
-            "(expected sliding_attention or full_attention)"
-        )
+        raw = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(num_layers)]
+    kinds = layer_kinds(text, raw, num_layers)
     # transformers forces the last layer to full attention.
-    names[-1] = "full_attention"
-    return [_LAYER_TYPE_NAMES[n] for n in names]
+    kinds[-1] = "full"
+    return kinds
 
 
 def _per_layer_overrides(
@@ -106,8 +87,8 @@ def _per_layer_overrides(
                 clean["head_dim"] = fields.head_dim("head_dim", values["head_dim"])
             if values.get("num_key_value_heads") is not None:
                 clean["num_key_value_heads"] = fields.required("num_key_value_heads", least=1)
-            if str(key) in _LAYER_TYPE_NAMES:
-                targets = [i for i, k in enumerate(kinds) if k == _LAYER_TYPE_NAMES[str(key)]]
+            if str(key) in LAYER_TYPE_NAMES:
+                targets = [i for i, k in enumerate(kinds) if k == LAYER_TYPE_NAMES[str(key)]]
             else:
                 try:
                     targets = [int(key)]
@@ -224,18 +205,9 @@ def read_spec(
             f"{text.origin}: use_bidirectional_attention='all' (an encoder) cannot be exported "
             "as a causal decoder"
         )
-    activation = text.optional("hidden_activation", "gelu_pytorch_tanh", str)
-    if activation not in SUPPORTED_ACTIVATIONS:
-        raise SpecError(
-            f"{text.origin}: hidden_activation '{activation}' is not supported "
-            f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})"
-        )
+    activation = text.one_of("hidden_activation", "gelu_pytorch_tanh", SUPPORTED_ACTIVATIONS)
 
-    num_layers = text.required("num_hidden_layers", least=1)
-    if num_layers > MAX_LAYERS:
-        raise text.error(
-            "num_hidden_layers", f"is {num_layers:,}; the engine exports at most {MAX_LAYERS}"
-        )
+    num_layers = text.layer_count()
     hidden = text.required("hidden_size", least=1)
     num_heads = text.required("num_attention_heads", least=1)
     num_kv_heads = text.required("num_key_value_heads", least=1)
@@ -297,18 +269,10 @@ def read_spec(
     softcap = text.optional("final_logit_softcapping", None, float)
     if softcap is not None and softcap < 0:
         raise text.error("final_logit_softcapping", f"must not be negative, got {softcap}")
-    eps = text.optional("rms_norm_eps", 1e-6, float)
-    if eps < 0:
-        raise text.error("rms_norm_eps", f"must not be negative, got {eps}")
+    eps = text.non_negative("rms_norm_eps", 1e-6)
     tie_text = text.optional("tie_word_embeddings", True, bool)
     tie = top.optional("tie_word_embeddings", tie_text, bool)
-    dtype = (
-        text.data.get("dtype")
-        or text.data.get("torch_dtype")
-        or config.get("dtype")
-        or config.get("torch_dtype")
-        or "float32"
-    )
+    dtype = source_dtype(text.data, config)
     return ModelSpec(
         name=name,
         model_type=text_type,
@@ -330,7 +294,7 @@ def read_spec(
         eos_token_ids=eos,
         pad_token_id=pad,
         weight_prefix=prefix,
-        source_dtype=str(dtype),
+        source_dtype=dtype,
         bidirectional_images=text.data.get("use_bidirectional_attention") == "vision",
         vision=vision_spec(config, origin) if model_type == "gemma4" else None,
         audio=audio_spec(config, origin) if model_type == "gemma4" else None,

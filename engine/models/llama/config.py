@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.config_fields import MAX_LAYERS, ConfigFields, token_ids
+from engine.config_fields import ConfigFields, source_dtype, token_ids
 from engine.errors import SpecError
 from engine.graph.components import ACTIVATIONS
+from engine.models.layer_types import LAYER_TYPE_NAMES, layer_kinds
 from engine.models.rope_config import read_rope
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeKind, RopeSpec
 
@@ -66,11 +67,6 @@ VARIANTS: dict[str, Variant] = {
 }
 MODEL_TYPES = tuple(VARIANTS)
 
-_LAYER_TYPE_NAMES: dict[str, AttentionKind] = {
-    "sliding_attention": "sliding",
-    "full_attention": "full",
-}
-
 
 def read_spec(
     config: Mapping[str, Any], name: str = "model", origin: str = "config.json"
@@ -83,19 +79,10 @@ def read_spec(
     fields = ConfigFields(config, origin)
     model_type = str(config["model_type"])
     variant = VARIANTS[model_type]
-    activation = fields.optional("hidden_act", "silu", str)
-    if activation not in ACTIVATIONS:
-        raise SpecError(
-            f"{origin}: hidden_act '{activation}' is not supported "
-            f"(supported: {', '.join(ACTIVATIONS)})"
-        )
+    activation = fields.one_of("hidden_act", "silu", ACTIVATIONS)
     if fields.optional("mlp_bias", False, bool):
         raise SpecError(f"{origin}: mlp_bias=true is not supported (no Llama release uses it)")
-    num_layers = fields.required("num_hidden_layers", least=1)
-    if num_layers > MAX_LAYERS:
-        raise fields.error(
-            "num_hidden_layers", f"is {num_layers:,}; the engine exports at most {MAX_LAYERS}"
-        )
+    num_layers = fields.layer_count()
     hidden = fields.required("hidden_size", least=1)
     num_heads = fields.required("num_attention_heads", least=1)
     num_kv_heads = fields.optional("num_key_value_heads", num_heads, least=1)
@@ -137,10 +124,7 @@ def read_spec(
     )
     rope = _rope(fields, max_positions)
     bos, eos, pad = token_ids(vocab, fields)
-    eps = fields.optional("rms_norm_eps", 1e-6, float)
-    if eps < 0:
-        raise fields.error("rms_norm_eps", f"must not be negative, got {eps}")
-    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
+    eps = fields.non_negative("rms_norm_eps", 1e-6)
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -162,7 +146,7 @@ def read_spec(
         eos_token_ids=eos,
         pad_token_id=pad,
         weight_prefix="model.",
-        source_dtype=str(dtype),
+        source_dtype=source_dtype(config),
         qk_norm=variant.qk_norm,
         qkv_bias=qkv_bias,
         o_bias=variant.o_bias and attention_bias,
@@ -209,20 +193,7 @@ def _layer_kinds(
     if raw is None:
         first = fields.optional("max_window_layers", 28)
         return ["sliding" if i >= first else "full" for i in range(num_layers)], window
-    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
-        raise SpecError(f"{fields.origin}: 'layer_types' must be a list of names, got {raw!r}")
-    if len(raw) != num_layers:
-        raise SpecError(
-            f"{fields.origin}: 'layer_types' has {len(raw)} entries "
-            f"but num_hidden_layers is {num_layers}"
-        )
-    unknown = sorted({n for n in raw if n not in _LAYER_TYPE_NAMES})
-    if unknown:
-        raise SpecError(
-            f"{fields.origin}: unknown layer types {unknown} "
-            "(expected sliding_attention or full_attention)"
-        )
-    return [_LAYER_TYPE_NAMES[n] for n in raw], window
+    return layer_kinds(fields, raw, num_layers), window
 
 
 def _rope(fields: ConfigFields, max_positions: int) -> RopeSpec:
@@ -231,7 +202,7 @@ def _rope(fields: ConfigFields, max_positions: int) -> RopeSpec:
     origin = f"{fields.origin} rope_parameters"
     if not isinstance(params, Mapping):
         raise SpecError(f"{origin} must be an object, got {params!r}")
-    nested = [key for key in params if key in _LAYER_TYPE_NAMES]
+    nested = [key for key in params if key in LAYER_TYPE_NAMES]
     if nested:
         entries = [params[key] for key in nested]
         if any(entry != entries[0] for entry in entries):
