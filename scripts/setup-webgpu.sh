@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Set up the WebGPU runtime environment that tests/engine/test_webgpu.py drives:
+# A second, optional WebGPU runtime beside the main environment's plugin: onnxruntime-webgpu
+# 1.27 (the provider built into onnxruntime), for side-by-side runs against the
+# onnxruntime-ep-webgpu plugin that the main environment uses (pip install -e ".[webgpu]").
+# The tests do not need it; EXPORT_STUDIO_WEBGPU_PYTHON=.venv-webgpu/bin/python runs the
+# WebGPU tests on it instead of the plugin.
 #
-#   * Mesa 25 lavapipe (software Vulkan) from Debian bookworm-backports, when no Mesa >= 25
-#     Vulkan driver is installed yet. Dawn (inside onnxruntime-webgpu) rejects Debian 12's
-#     own Mesa 22 lavapipe ("Vulkan shaderUniform*ArrayDynamicIndexing required"); without
-#     any Vulkan loader there is no adapter at all. In both cases onnxruntime silently
-#     falls back to the CPU EP, so this script ends with a test that proves a node really
-#     ran on WebGpuExecutionProvider.
+#   * Mesa 25 lavapipe (scripts/install-lavapipe.sh), when no Mesa >= 25 Vulkan driver is
+#     installed yet; the script ends with a test that proves a node really ran on
+#     WebGpuExecutionProvider (onnxruntime otherwise falls back to the CPU EP silently).
 #   * a SEPARATE virtual environment (default: <repo>/.venv-webgpu) with
 #     onnxruntime-webgpu==1.27.0, numpy, onnx, the engine itself (pip install --no-deps -e .)
 #     and its pure-Python dependencies, and onnxruntime-genai==0.18.0 with --no-deps.
@@ -24,8 +25,6 @@
 #                            python3.12, python3.11, python3.13, python3 that fits)
 #         SKIP_APT=1         never touch apt (Mesa 25 lavapipe or a GPU driver is there)
 #         FORCE=1            reinstall the Python packages even if the checks pass
-# Then point the tests at it with EXPORT_STUDIO_WEBGPU_PYTHON=VENV_DIR/bin/python, or
-# leave it at <repo>/.venv-webgpu where they look by default.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,52 +39,7 @@ say() { echo "[setup-webgpu +$(($(date +%s) - t0))s] $*"; }
 die() { echo "setup-webgpu: ERROR: $*" >&2; exit 1; }
 
 # ------------------------------------------------------------------ Mesa 25 lavapipe
-mesa_major() {
-  local v
-  v=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)
-  v=${v#*:}  # drop an epoch
-  echo "${v%%.*}"
-}
-have_lavapipe() {
-  local major
-  major=$(mesa_major)
-  [ -n "$major" ] && [ "$major" -ge 25 ] 2>/dev/null \
-    && dpkg-query -W -f='${Status}' libvulkan1 2>/dev/null | grep -q "install ok installed" \
-    && ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1
-}
-
-if [ "${SKIP_APT:-0}" = "1" ]; then
-  say "SKIP_APT=1: not checking apt packages"
-elif have_lavapipe; then
-  say "Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers) lavapipe already installed: skipping apt"
-else
-  command -v apt-get >/dev/null || die "no apt-get: install Mesa >= 25 lavapipe (or a Vulkan GPU driver) yourself, then rerun with SKIP_APT=1"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || die "installing Mesa 25 needs root (or sudo)"
-    SUDO="sudo"
-  fi
-  . /etc/os-release
-  [ "${VERSION_CODENAME:-}" = "bookworm" ] \
-    || echo "setup-webgpu: WARNING: written for Debian bookworm, this is ${PRETTY_NAME:-unknown}" >&2
-  if ! grep -rqsE '(^|[[:space:]])bookworm-backports([[:space:]]|$)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    say "adding the bookworm-backports apt source"
-    $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'EOF'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  fi
-  say "apt-get update"
-  $SUDO apt-get update -q
-  say "installing mesa-vulkan-drivers (bookworm-backports) and libvulkan1"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    -t bookworm-backports mesa-vulkan-drivers libvulkan1
-  have_lavapipe || die "Mesa >= 25 lavapipe still missing after apt (mesa-vulkan-drivers $(mesa_major))"
-  say "Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers) installed"
-fi
+bash "$repo/scripts/install-lavapipe.sh"
 
 # ------------------------------------------------------------------ the environment
 pick_python() {

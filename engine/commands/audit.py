@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runtime-python",
         metavar="PYTHON",
-        help="interpreter of the environment that has the EP (e.g. .venv-webgpu/bin/python), "
-        "used to measure node placement",
+        help="interpreter of another environment to measure node placement in (e.g. "
+        "onnxruntime-webgpu 1.27's .venv-webgpu/bin/python); default: this one",
     )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=run)

@@ -104,7 +104,7 @@ def test_without_a_display_it_says_so_in_one_line_and_exports_headless(tmp_path)
 def _library_needing(tmp_path: Path, missing: str) -> Path:
     """A copy of a real system library whose dependency on libxcb.so.1 now names
     ``missing`` instead (same length, so the ELF stays valid). Any libxcb-* extension
-    library will do (scripts/setup-webgpu.sh's Mesa brings several); none at all fails."""
+    library will do (scripts/install-lavapipe.sh's Mesa brings several); none at all fails."""
     import glob
 
     candidates = (
@@ -116,7 +116,7 @@ def _library_needing(tmp_path: Path, missing: str) -> Path:
     if data is None:
         pytest.fail(
             "no libxcb-*.so.N here to build the test library from: "
-            "run scripts/setup-webgpu.sh or apt-get install libxcb-icccm4"
+            "run scripts/install-lavapipe.sh or apt-get install libxcb-icccm4"
         )
     assert len(missing) == len("libxcb.so.1")
     copy = tmp_path / "libneeds.so"

@@ -1,8 +1,8 @@
-"""Mixture-of-experts packages on onnxruntime-webgpu 1.27 (lavapipe or a GPU): every node on
-the WebGPU EP, graph capture taken and equal to the runs without it, tokens equal to the
-CPU package's, past the sliding window. And what 1.27's fused QMoE can run.
+"""Mixture-of-experts packages on the WebGPU EP (lavapipe or a GPU): every node on the
+WebGPU EP, graph capture taken and equal to the runs without it, tokens equal to the CPU
+package's, past the sliding window. And what the EP's fused QMoE can run.
 
-Packages are built here and run in the WebGPU environment by tests/webgpu/run_package.py,
+Packages are built here and run in a child process by tests/webgpu/run_package.py,
 as tests/engine/test_webgpu.py does for dense models (same environment, same tolerances).
 """
 
@@ -133,7 +133,8 @@ def test_moe_package_runs_on_webgpu_with_capture(
 
 
 def test_webgpu_qmoe_runs_swiglu_only(webgpu_env: Path):
-    """1.27's fused QMoE refuses Gemma 4's GELU-gated experts (tests/webgpu/moe_ops.py)."""
+    """The WebGPU EP's fused QMoE (onnxruntime-webgpu 1.27 and the 0.4.0 plugin) refuses
+    Gemma 4's GELU-gated experts (tests/webgpu/moe_ops.py)."""
     done = subprocess.run(
         [str(webgpu_env), str(REPO / "tests" / "webgpu" / "moe_ops.py")],
         capture_output=True,

@@ -2,11 +2,11 @@
 embedding, decoder) on the WebGPU EP, run end to end through onnxruntime-genai 0.18 with an
 image and a clip, greedy tokens equal to the CPU package's.
 
-tests/webgpu/run_genai_media.py drives genai in both environments: the WebGPU one for the
-``--ep webgpu`` package (onnxruntime-webgpu 1.27 on lavapipe or a GPU; CPU fallback disabled
-in every session, so genai's load fails if any node would leave the device), this one for the
-``--ep cpu`` package. The WebGPU environment is required: without it these tests FAIL and
-say how to make it (tests/engine/test_webgpu.py).
+tests/webgpu/run_genai_media.py drives genai in a child process: the ``--ep webgpu`` package
+on the WebGPU EP (the plugin, registered with genai; lavapipe or a GPU; CPU fallback disabled
+in every session, so genai's load fails if any node would leave the device) and the ``--ep
+cpu`` package. A WebGPU runtime is required: without one these tests FAIL and say what to
+install (tests/engine/test_webgpu.py).
 
 One image per prompt: genai 0.18 crashes (segfault in ``Gemma4VisionState::Run``) when a
 prompt has two images and the vision session runs on WebGPU

@@ -1,17 +1,6 @@
-"""tests/webgpu holds tests that run INSIDE the WebGPU environment (onnxruntime-webgpu
-cannot share an environment with onnxruntime). The main environment does not collect
-them; tests/engine/test_webgpu.py runs them in .venv-webgpu and fails loudly when that
-environment is missing."""
-
-from importlib import metadata
-
-
-def _in_webgpu_environment() -> bool:
-    try:
-        metadata.version("onnxruntime-webgpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-collect_ignore_glob = [] if _in_webgpu_environment() else ["test_*.py"]
+"""tests/webgpu: scripts that run a package or one op on the WebGPU EP in a child process
+(driven by tests/engine/test_webgpu*.py and friends), and tests of the engine's own runner on
+the WebGPU EP (test_*.py), which the main test run collects like any other: the WebGPU
+runtime is the onnxruntime-ep-webgpu plugin in the same environment. The same tests run on
+onnxruntime-webgpu 1.27 with ``.venv-webgpu/bin/python -m pytest tests/webgpu``
+(scripts/setup-webgpu.sh)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import webgpu_ort
 from onnx import TensorProto, helper
 
 _KEEP: list[Any] = []
@@ -216,7 +217,7 @@ class _Device:
         )
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
         m.ir_version = 10
-        s = ort.InferenceSession(m.SerializeToString(), providers=["WebGpuExecutionProvider"])
+        s = webgpu_ort.session(m.SerializeToString())
         io = s.io_binding()
         io.bind_cpu_input("x", arr)
         io.bind_output("y", "webgpu")
@@ -259,7 +260,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         if capture:
             so.add_session_config_entry("ep.webgpuexecutionprovider.enableGraphCapture", "1")
-        s = ort.InferenceSession(_model(cfg), so, providers=[provider])
+        s = webgpu_ort.session(_model(cfg), so, [provider])
         _KEEP.append(s)
         return s
 

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import onnxruntime as ort
+import webgpu_ort
 from onnx import TensorProto, helper, numpy_helper
 
 TOKENS, HIDDEN, WIDTH, EXPERTS, TOP_K, BLOCK, BITS = 3, 32, 32, 4, 2, 16, 4
@@ -57,9 +58,7 @@ def run(activation: str, fusion: int) -> str:
     options = ort.SessionOptions()
     options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
-        session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["WebGpuExecutionProvider"]
-        )
+        session = webgpu_ort.session(model.SerializeToString(), options)
         session.run(
             None,
             {

@@ -27,16 +27,13 @@ GATHER = [(56, 32, 4), (34, 32, 4), (40, 16, 8), (8, 32, 8), (100, 64, 4)]
 
 
 def main() -> None:
-    import onnxruntime as ort
+    import webgpu_ort
 
     def run(model, feeds):
-        session = ort.InferenceSession(
-            model.SerializeToString(), providers=["WebGpuExecutionProvider"]
-        )
-        return session.run(None, feeds)[0]
+        return webgpu_ort.session(model.SerializeToString()).run(None, feeds)[0]
 
     rng = np.random.default_rng(0)
-    report: dict[str, object] = {"providers": ort.get_available_providers()}
+    report: dict[str, object] = {"providers": webgpu_ort.available_providers()}
     for k, bs, bits in MATMUL:
         w = (rng.standard_normal((24, k)) * 0.1).astype(np.float32)
         blocks = quantize(w, bits=bits, block_size=bs)

@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 import onnxruntime as ort
+import webgpu_ort
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 23
@@ -56,9 +57,7 @@ def run(
     options.log_severity_level = 4
     options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
-        session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["WebGpuExecutionProvider"]
-        )
+        session = webgpu_ort.session(model.SerializeToString(), options)
         session.run(None, {n: x for n in names})
     except Exception as exc:
         text = str(exc).strip().splitlines()[-1]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import webgpu_ort
 from onnx import TensorProto, helper
 
 F16, F32, I32, I64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
@@ -35,7 +36,7 @@ def _session(nodes: list[Any], inputs: list[Any], outputs: list[Any], opset: int
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    return ort.InferenceSession(model.SerializeToString(), options, providers=[WEBGPU])
+    return webgpu_ort.session(model.SerializeToString(), options)
 
 
 def _run(nodes, inputs, outputs, feeds, opset: int = 21) -> list[np.ndarray] | str:

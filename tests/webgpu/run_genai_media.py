@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime_genai as og
 
     report: dict[str, Any] = {"package": str(args.package), "onnxruntime_genai": og.__version__}
+    if "webgpu" in (args.package / "genai_config.json").read_text():
+        import webgpu_ort
+
+        report["webgpu_plugin"] = webgpu_ort.register_genai()
+        report.update(webgpu_ort.runtime())
     try:
         import onnxruntime as ort
 

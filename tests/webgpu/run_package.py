@@ -1,8 +1,9 @@
 """Run a decoder package the way onnxruntime-genai does with past/present share buffers.
 
-Runs inside ANY environment that has onnxruntime and numpy: the WebGPU one
-(onnxruntime-webgpu, made by scripts/setup-webgpu.sh) or the main one (CPU EP). It never
-imports the engine. Prints one JSON object on stdout.
+Runs in any environment that has onnxruntime and numpy: the main one (the CPU EP, and
+WebGPU through the onnxruntime-ep-webgpu plugin, which tests/webgpu/webgpu_ort.py registers
+with the engine's plugin loader) or one with onnxruntime-webgpu 1.27 built in
+(scripts/setup-webgpu.sh). Prints one JSON object on stdout.
 
 What it does, per run configuration:
 
@@ -20,7 +21,7 @@ What it does, per run configuration:
   with ``ort.copy_tensors`` (NOT ``bind_cpu_input``, which replays a stale upload under
   capture on 1.27), outputs are bound to fixed device buffers.
 * placement (WebGPU only): every run session is created with
-  ``session.disable_cpu_ep_fallback=1`` and ``providers=["WebGpuExecutionProvider"]`` only,
+  ``session.disable_cpu_ep_fallback=1`` and the WebGPU EP only,
   so creation fails if any node would fall back to the CPU; a separate verbose session
   records onnxruntime's own "Node placements" log as evidence.
 
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import webgpu_ort
 
 WEBGPU = "WebGpuExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -72,14 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         "package": str(package),
         "model": str(model),
         "onnxruntime": ort.__version__,
-        "available_providers": ort.get_available_providers(),
+        "available_providers": webgpu_ort.available_providers(),
+        **webgpu_ort.runtime(),
         "provider": provider,
         "prompt": args.prompt,
         "steps": args.steps,
         "max_length": args.max_length,
         "forced": args.force,
     }
-    if provider not in ort.get_available_providers():
+    if provider not in webgpu_ort.available_providers():
         result["error"] = f"{provider} is not available in this onnxruntime"
         return _finish(result, 2)
     if provider == WEBGPU:
@@ -189,17 +192,19 @@ def probe() -> dict[str, Any]:
     out: dict[str, Any] = {
         "onnxruntime": ort.__version__,
         "python": sys.executable,
-        "available_providers": ort.get_available_providers(),
+        "available_providers": webgpu_ort.available_providers(),
+        **webgpu_ort.runtime(),
         "adapter_ok": False,
     }
-    if WEBGPU not in ort.get_available_providers():
-        out["error"] = "this onnxruntime has no WebGpuExecutionProvider (not onnxruntime-webgpu)"
+    if WEBGPU not in out["available_providers"]:
+        out["error"] = (
+            "this onnxruntime has no WebGpuExecutionProvider (neither the onnxruntime-ep-webgpu "
+            "plugin with an adapter nor onnxruntime-webgpu)"
+        )
         return out
     try:
-        session = ort.InferenceSession(
-            _identity_model(np.dtype(np.float32), 1),
-            _session_options(strict=True),
-            providers=[WEBGPU],
+        session = webgpu_ort.session(
+            _identity_model(np.dtype(np.float32), 1), _session_options(strict=True)
         )
         x = np.arange(4, dtype=np.float32)
         out["adapter_ok"] = bool(np.array_equal(session.run(None, {"x": x})[0], x))
@@ -229,7 +234,7 @@ def node_placement(model: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     so = _session_options(strict=True)
     try:
-        ort.InferenceSession(str(model), so, providers=[WEBGPU])
+        webgpu_ort.session(model, so)
         out["strict_ok"] = True
     except Exception as exc:
         out["strict_ok"] = False
@@ -239,7 +244,7 @@ def node_placement(model: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "placement.log")
         with _stderr_to(log):
-            session = ort.InferenceSession(str(model), so, providers=[WEBGPU, CPU])
+            session = webgpu_ort.session(model, so, [WEBGPU, CPU])
         text = Path(log).read_text(errors="replace")
     out["session_providers"] = session.get_providers()
     out.update(parse_placement_log(text))
@@ -331,9 +336,7 @@ class Buffers:
     def _identity_session(self, dtype: np.dtype, rank: int) -> Any:
         key = (np.dtype(dtype).name, rank)
         if key not in self._identity:
-            self._identity[key] = ort.InferenceSession(
-                _identity_model(dtype, rank), providers=[WEBGPU]
-            )
+            self._identity[key] = webgpu_ort.session(_identity_model(dtype, rank))
             _KEEP.append(self._identity[key])
         return self._identity[key]
 
@@ -441,9 +444,8 @@ def _greedy(
         raise ValueError(f"--force gives {len(forced)} tokens, {steps} decode steps need them")
     t0 = time.perf_counter()
     strict = provider == WEBGPU
-    session = ort.InferenceSession(
-        str(model), _session_options(strict=strict, capture=capture), providers=[provider]
-    )
+    options = _session_options(strict=strict, capture=capture)
+    session = webgpu_ort.session(model, options, [provider])
     _KEEP.append(session)
     created = time.perf_counter() - t0
     inputs, index_dtype, float_dtype = _inputs_of(session)

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import onnxruntime as ort
-from run_package import WEBGPU, _session_options, node_placement, probe
+import webgpu_ort
+from run_package import _session_options, node_placement, probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(model: Path, feeds_path: Path, outputs_path: Path) -> dict[str, Any]:
     try:
-        session = ort.InferenceSession(
-            str(model), _session_options(strict=True), providers=[WEBGPU]
-        )
+        session = webgpu_ort.session(model, _session_options(strict=True))
     except Exception as exc:
         return {"error": str(exc).strip().splitlines()[-1][:2000]}
     feeds: dict[str, dict[str, np.ndarray]] = {}

@@ -1,7 +1,7 @@
 """Our runner on the WebGPU EP: every node on it, graph capture equal to no capture.
 
-Runs inside the WebGPU environment (scripts/setup-webgpu.sh); the main test run drives it
-through tests/engine/test_webgpu.py::test_runner_suite_in_the_webgpu_environment. The
+Runs in the main test run through the onnxruntime-ep-webgpu plugin (or in onnxruntime-webgpu
+1.27's environment: ``.venv-webgpu/bin/python -m pytest tests/webgpu``). The
 package is the gemma4-tiny preset: sliding and full layers, KV-shared layers, a window
 shorter than the runs.
 """
@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.runtime.session import available_providers
-
 pytestmark = [pytest.mark.webgpu]
-if "WebGpuExecutionProvider" not in available_providers():
-    raise RuntimeError(
-        "tests/webgpu runs inside the WebGPU environment: "
-        ".venv-webgpu/bin/python -m pytest tests/webgpu (create it with scripts/setup-webgpu.sh)"
-    )
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.runtime.session import available_providers
+
+    if "WebGpuExecutionProvider" not in available_providers():
+        pytest.fail(
+            "no WebGPU runtime in this environment: pip install -e '.[webgpu]' (the plugin) "
+            "and, without a GPU, bash scripts/install-lavapipe.sh"
+        )
     from engine.options import ExportOptions
     from engine.pipeline import export
 
