@@ -166,11 +166,29 @@ class Runner:
             )
         self.float_dtype = _FLOATS[next(iter(float_types))]
         for name in self.past_names:
-            shape = inputs[name].shape
-            if not (isinstance(shape[1], int) and isinstance(shape[3], int)):
-                raise RuntimeUnavailableError(f"{name} needs static head dims, got {shape}")
-            self.kv_shapes[name] = (shape[1], shape[3])
+            self.kv_shapes[name] = self._kv_dims(name, inputs[name].shape)
         self.presents = {n: io.present_for(n) for n in self.past_names}
+
+    def _kv_dims(self, name: str, shape: Sequence[Any]) -> tuple[int, int]:
+        """(KV heads, head size) of one past input: from the graph where its dims are fixed,
+        else from genai_config (other exporters, e.g. onnxruntime-genai's builder, name
+        them ``kv_cache_dim``)."""
+        decoder = self.package.config.get("model", {}).get("decoder", {})
+        configured = (decoder.get("num_key_value_heads"), decoder.get("head_size"))
+        dims = []
+        for dim, value, key in zip(
+            (shape[1], shape[3]), configured, ("num_key_value_heads", "head_size"), strict=True
+        ):
+            if isinstance(dim, int):
+                dims.append(dim)
+            elif isinstance(value, int) and value > 0:
+                dims.append(value)
+            else:
+                raise RuntimeUnavailableError(
+                    f"{name} has a symbolic dimension ({shape}) and genai_config.json gives no "
+                    f"model.decoder.{key}; use {option('runtime', 'genai')}"
+                )
+        return dims[0], dims[1]
 
     # ------------------------------------------------------------------ generation
 

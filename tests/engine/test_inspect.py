@@ -120,6 +120,38 @@ def test_our_package_sessions_splits_and_sizes(tmp_path):
         assert split[w.name].largest == max(p.largest_buffer for p in w.pieces)
 
 
+def test_our_runner_benchmarks_a_package_from_the_genai_model_builder():
+    """The builder names its KV head dim ``kv_cache_dim`` (symbolic): the runner takes the
+    KV heads and head size from genai_config.json instead of refusing, and generates what
+    onnxruntime-genai generates (issue 23: the Inspector's Benchmark of such a package)."""
+    from engine.runtime.bench import bench
+    from engine.runtime.runner import greedy_tokens
+    from tests._support.genai_loop import genai_greedy
+
+    prompt = [5, 17, 42, 99, 7, 25, 31, 64, 12, 8]
+    ours = greedy_tokens(FOREIGN_PACKAGE, prompt, 24)
+    assert ours == genai_greedy(FOREIGN_PACKAGE, prompt, 24)
+    assert len(set(ours)) > 3  # not one token repeated
+    result = bench(FOREIGN_PACKAGE, prompt_length=8, new_tokens=8, repeats=1)
+    assert result.decode_tokens_per_second > 0 and result.provider == "CPUExecutionProvider"
+
+
+def test_a_symbolic_kv_dim_without_genai_config_says_what_to_do(tmp_path: Path):
+    from engine.errors import RuntimeUnavailableError
+    from engine.runtime.runner import Runner
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    for item in FOREIGN_PACKAGE.iterdir():
+        (package / item.name).symlink_to(item)
+    (package / "genai_config.json").unlink()
+    config = json.loads((FOREIGN_PACKAGE / "genai_config.json").read_text())
+    del config["model"]["decoder"]["head_size"]
+    (package / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeUnavailableError, match=r"decoder\.head_size.*--runtime genai"):
+        Runner(package)
+
+
 def test_a_package_from_the_genai_model_builder():
     """Another exporter's package: onnxruntime-genai's builder on a tiny random Llama
     (tests/engine/data/make_foreign_package.py made it)."""
