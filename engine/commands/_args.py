@@ -198,6 +198,7 @@ class progress_bar:
             file=sys.stderr,
             leave=False,
             delay=0.5,  # quick runs and early errors draw no bar at all
+            disable=None,  # no bar when stderr is not a terminal (a log would keep its \r frames)
         )
 
         def report(fraction: float, message: str) -> None:

@@ -8,6 +8,7 @@ does. genai does not report node placement, so the provider is the one requested
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -29,7 +30,7 @@ from engine.runtime.generation import Generation
 from engine.runtime.limits import check_threads
 from engine.runtime.media import MediaPrompt, check_processed_length
 from engine.runtime.package import Package, open_package
-from engine.runtime.plugins import register_genai
+from engine.runtime.plugins import adapter_notices_dropped, register_genai
 from engine.runtime.sampling import GREEDY, Sampler
 from engine.runtime.session import one_line, require_provider
 from engine.runtime.session_files import load_failure
@@ -76,7 +77,7 @@ class GenaiRunner:
         self.package = package if isinstance(package, Package) else open_package(package)
         self.ep = ep or self.package.ep
         caps = require_provider(self.ep)
-        register_genai(caps.ort_provider)  # a plugin EP (WebGPU's) is registered with genai too
+        plugin = register_genai(caps.ort_provider)  # a plugin EP (WebGPU's) is given to genai
         provider = caps.genai_provider
         try:  # genai parses genai_config.json itself and raises RuntimeError for any problem
             config = og.Config(str(self.package.path))
@@ -113,7 +114,8 @@ class GenaiRunner:
         self.provider = caps.ort_provider
         started = time.perf_counter()
         try:
-            self.model = og.Model(config)
+            with adapter_notices_dropped() if plugin else contextlib.nullcontext():
+                self.model = og.Model(config)
         except Exception as exc:  # genai raises RuntimeError for everything
             short = load_failure(self.package.path, "a session", str(exc))
             if short is not None:

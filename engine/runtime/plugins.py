@@ -19,6 +19,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
+import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -145,3 +148,52 @@ def register_genai(provider: str) -> bool:
 
     og.register_execution_provider_library(provider, plugin.library)
     return True
+
+
+ADAPTER_NOTICE = re.compile(
+    rb"^Warning: max\w+ artificially reduced from \d+ to \d+ to fit dynamic offset "
+    rb"allocation limit\.\r?$"
+)
+"""What Dawn prints on fd 2 when it makes its device (twice per process, on a GPU too):
+a note about its own limits, nothing a user can act on."""
+
+
+@contextlib.contextmanager
+def adapter_notices_dropped() -> Iterator[None]:
+    """Inside: fd 2 goes through a filter that drops Dawn's ADAPTER_NOTICE lines and passes
+    every other line on, in order, when the block ends (onnxruntime's own messages, a
+    crash report). Used around the first session of a plugin EP, where Dawn makes its
+    device; Python's ``sys.stderr`` is flushed first so nothing is reordered."""
+    try:
+        original = os.dup(2)
+    except OSError:  # no fd 2 (a windowed process): nothing to filter
+        yield
+        return
+    read_end, write_end = os.pipe()
+    captured: list[bytes] = []
+
+    def drain() -> None:
+        with os.fdopen(read_end, "rb") as pipe:
+            captured.append(pipe.read())
+
+    reader = threading.Thread(target=drain, name="dawn-notices", daemon=True)
+    reader.start()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(original, 2)  # the pipe's last writer closes: the reader sees its end
+        reader.join(timeout=5)
+        kept = [
+            line
+            for line in b"".join(captured).splitlines(keepends=True)
+            if not ADAPTER_NOTICE.match(line.rstrip(b"\n"))
+        ]
+        if kept:
+            os.write(original, b"".join(kept))
+        os.close(original)

@@ -24,7 +24,12 @@ from typing import Any
 from engine.caps import EpCapabilities, get_caps
 from engine.errors import OptionsError, RuntimeUnavailableError, option
 from engine.runtime.limits import check_threads
-from engine.runtime.plugins import PLUGIN_MODULES, ort_plugin, plugin_providers
+from engine.runtime.plugins import (
+    PLUGIN_MODULES,
+    adapter_notices_dropped,
+    ort_plugin,
+    plugin_providers,
+)
 from engine.runtime.session_files import load_failure
 
 CPU = "CPUExecutionProvider"
@@ -175,7 +180,8 @@ def create_session(
     started = time.perf_counter()
     try:
         if providers is None:
-            session = ort.InferenceSession(str(model_file), so)
+            with adapter_notices_dropped():
+                session = ort.InferenceSession(str(model_file), so)
         else:
             session = ort.InferenceSession(str(model_file), so, providers=providers)
     except Exception as exc:  # onnxruntime raises several unrelated types

@@ -8,6 +8,8 @@ it found no GPU adapter and lavapipe is installed, and says so in every result.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ def plugin():
         pytest.fail(
             "the WebGPU plugin EP offers no device: "
             + (
-                "no GPU adapter and no lavapipe (bash scripts/setup-webgpu.sh installs it)"
+                "no GPU adapter and no lavapipe (bash scripts/install-lavapipe.sh installs it)"
                 if not has_lavapipe()
                 else "see onnxruntime's log"
             )
@@ -110,3 +112,60 @@ def test_the_cpu_reference_agrees(qwen3, tmp_path: Path):
     export(tmp_path / "cpu", model_dir=root / "qwen3", options=ExportOptions(dtype="fp32"))
     tokens, _ = ort_greedy(tmp_path / "cpu", PROMPT, STEPS)
     assert tokens == hf_greedy(model, PROMPT, STEPS)[0]
+
+
+def test_bench_output_has_neither_dawn_notices_nor_bar_frames(plugin, qwen3):
+    """``bench`` through our runner and genai, output to files (a log, CI): stderr keeps no
+    Dawn "artificially reduced" notices and no progress-bar frames (issue 23, item 12)."""
+    root, _ = qwen3
+    for runtime in ("ort", "genai"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "engine",
+                "bench",
+                str(root / "webgpu"),
+                "--runtime",
+                runtime,
+                "--graph-capture",
+                "both",
+                "--prompt-len",
+                "8",
+                "--new-tokens",
+                "4",
+                "--repeats",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "decode tok/s" in done.stdout and "same tokens" in done.stdout
+        assert "artificially reduced" not in done.stderr + done.stdout, done.stderr
+        assert "\r" not in done.stderr and "%|" not in done.stderr, done.stderr
+
+
+def test_the_notice_filter_drops_only_dawns_notices(tmp_path: Path):
+    """Everything else written to fd 2 inside the filter comes out, in order, after it."""
+    script = (
+        "import os, sys\n"
+        "from engine.runtime.plugins import adapter_notices_dropped\n"
+        "with adapter_notices_dropped():\n"
+        "    os.write(2, b'first line\\n')\n"
+        "    os.write(2, b'Warning: maxDynamicUniformBuffersPerPipelineLayout artificially "
+        "reduced from 1000000 to 16 to fit dynamic offset allocation limit.\\n')\n"
+        "    print('from python', file=sys.stderr)\n"
+        "    os.write(2, b'Warning: something else\\n')\n"
+        "os.write(2, b'after\\n')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr.splitlines() == [
+        "first line",
+        "from python",
+        "Warning: something else",
+        "after",
+    ]
