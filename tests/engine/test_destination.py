@@ -330,16 +330,17 @@ sys.exit(main(sys.argv[3:]))
 
 
 def _as_a_foreground_job() -> None:
-    """In the child before exec: SIGINT and SIGQUIT as a terminal's foreground job has them.
+    """In the child before exec: SIGINT, SIGQUIT and SIGHUP as in a terminal's foreground job.
 
     A non-interactive shell starts background jobs (``pytest ... &``, a CI runner's child)
     with SIGINT ignored, and the ignore survives exec: the export then rightly ignores
     Ctrl-C (``test_an_ignored_sigint_stays_ignored``), which is not what these tests send
-    it. Restoring the default makes the test independent of how pytest was started.
+    it; `nohup` does the same to SIGHUP. Restoring the defaults makes the test independent of
+    how pytest was started.
     """
     import signal
 
-    for name in ("SIGINT", "SIGQUIT"):
+    for name in ("SIGINT", "SIGQUIT", "SIGHUP"):  # SIGHUP: `nohup pytest` ignores it
         signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
