@@ -20,7 +20,11 @@ package on held-out sequences, every position teacher-forced in one prefill:
 Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two cores;
 ``--preset gpu`` is the benchmark size for the lent H200 (training on CUDA):
 
-    python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR]
+    python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR] [--cuda]
+
+``--cuda`` (a GPU with onnxruntime-gpu) adds our CUDA packages of the same checkpoint (fp32,
+fp16, bf16, INT8 and INT4 weights), run on the CUDA EP and scored against the same float
+package: what a CUDA user's package loses to its precision, on a model with real structure.
 """
 
 from __future__ import annotations
@@ -158,23 +162,50 @@ def train_model(ids: np.ndarray, size: dict[str, Any], out: Path, seed: int) -> 
     }
 
 
-def prefill_logits(package: Path, sequences: list[np.ndarray]) -> list[np.ndarray]:
+CUDA_CHOICES: dict[str, dict[str, Any]] = {
+    "cuda_fp32": dict(dtype="fp32"),
+    "cuda_fp16": dict(dtype="fp16"),
+    "cuda_bf16": dict(dtype="bf16"),
+    "cuda_int8": dict(dtype="fp16", weight_bits=8, embedding_bits=8),
+    "cuda_int4": dict(dtype="fp16", weight_bits=4, embedding_bits=4),
+    "cuda_int4_fp32": dict(dtype="fp32", weight_bits=4, embedding_bits=4),
+}
+"""``--cuda``: packages for the CUDA EP, run on it (onnxruntime-gpu), each scored against the
+CPU fp32 package; their defaults (accuracy_level 4 for INT4) as a user gets them."""
+_KV_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def prefill_logits(package: Path, sequences: list[np.ndarray], ep: str = "cpu") -> list[np.ndarray]:
     """Logits [S, V] of every position of each sequence, one prefill per sequence."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if ep == "cuda":
+        if hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()
+        providers.insert(0, ("CUDAExecutionProvider", {"use_tf32": "0"}))
+    session = ort.InferenceSession(str(package / "model.onnx"), providers=providers)
+    if ep == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
+        raise RuntimeError(f"the CUDA EP did not start: {session.get_providers()}")
     inputs = {i.name: i for i in session.get_inputs()}
     search = json.loads((package / "genai_config.json").read_text())["search"]
     length = search["max_length"] if search.get("past_present_share_buffer") else 0
     out = []
     for seq in sequences:
+        index = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
         feeds: dict[str, np.ndarray] = {
-            "input_ids": seq[None].astype(np.int64),
-            "attention_mask": np.ones((1, len(seq)), np.int64),
+            "input_ids": seq[None].astype(index),
+            "attention_mask": np.ones((1, len(seq)), index),
         }
         for name, info in inputs.items():
             if name.startswith("past_key_values"):
-                feeds[name] = np.zeros((1, info.shape[1], length, info.shape[3]), np.float32)
+                shape = (1, info.shape[1], length, info.shape[3])
+                if info.type == "tensor(bfloat16)":
+                    import ml_dtypes
+
+                    feeds[name] = np.zeros(shape, ml_dtypes.bfloat16)
+                else:
+                    feeds[name] = np.zeros(shape, _KV_TYPES[info.type])
         out.append(session.run(["logits"], feeds)[0][0].astype(np.float64))
     return out
 
@@ -210,6 +241,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="training steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the checkpoint here")
+    parser.add_argument(
+        "--cuda", action="store_true", help="also CUDA packages, run on the CUDA EP (GPU)"
+    )
     args = parser.parse_args()
     size = dict(PRESETS[args.preset])
     if args.steps is not None:
@@ -271,12 +305,27 @@ def main() -> None:
                 "bytes": result.plan.nbytes,
                 "export_seconds": round(seconds, 2),
             }
+        for name, choice in CUDA_CHOICES.items() if args.cuda else ():
+            out = root / name
+            try:
+                result = export(
+                    out, model_dir=checkpoint, options=ExportOptions(ep="cuda", **choice)
+                )
+                logits = prefill_logits(out, sequences, "cuda")
+            except Exception as exc:  # one failing choice must not hide the others
+                packages[name] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+                continue
+            packages[name] = {**score(reference, logits, sequences), "bytes": result.plan.nbytes}
+            packages[name]["max_abs_vs_float"] = max(
+                float(np.abs(a - b).max()) for a, b in zip(reference, logits, strict=True)
+            )
         float_bytes = packages["float"]["bytes"]
         for entry in packages.values():
             if "bytes" in entry:
                 entry["bytes_vs_float"] = round(entry["bytes"] / float_bytes, 3)
             for key in ("kld", "top1", "ppl"):
-                entry[key] = round(entry[key], 5)
+                if key in entry:
+                    entry[key] = round(entry[key], 5)
         report["packages"] = packages
     print(json.dumps(report, indent=1))
 
