@@ -83,6 +83,10 @@ class LogicalWeight:
     dtype: str | None = None
     """A float dtype this tensor keeps whatever the package's (fp32 RoPE caches and norm
     scales of an fp32 attention core); None = the package's activation dtype."""
+    offset: float = 0.0
+    """A constant added, in float32, to the checkpoint's values as they are read: Gemma 3
+    stores its norm scales as ``w`` and multiplies by ``1 + w``. Random weights are drawn
+    as the scales themselves and take no offset."""
 
     def part_rows(self, fused_rank: int) -> int:
         """Rows this part contributes to a fused weight of rank ``fused_rank``."""

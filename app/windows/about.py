@@ -90,9 +90,9 @@ class AboutDialog(QDialog):
         self.rows = versions()
         text = "\n".join(f"{name}: {value}" for name, value in self.rows)
         intro = QLabel(
-            f"<b>{APP_NAME}</b> exports Hugging Face LLMs (Gemma 4, Llama 3.x, Qwen3, Qwen2.5, "
-            "Mistral, SmolLM3, Phi-3) to ONNX Runtime GenAI packages tuned for one execution "
-            "provider, and shows what you get."
+            f"<b>{APP_NAME}</b> exports Hugging Face LLMs (Gemma 4, Gemma 3, Llama 3.x, Qwen3, "
+            "Qwen2.5, Mistral, SmolLM3, Phi-3) to ONNX Runtime GenAI packages tuned for one "
+            "execution provider, and shows what you get."
         )
         intro.setWordWrap(True)
         self.details = QLabel(

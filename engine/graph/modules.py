@@ -13,7 +13,7 @@ reads ``lm_head.*``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import onnx_ir as ir
@@ -43,6 +43,8 @@ class Param:
     relative to the fusing module's parent (its siblings' paths) until bound."""
     dtype: str | None = None
     """A dtype the tensor keeps whatever the package's (see :class:`LogicalWeight`)."""
+    offset: float = 0.0
+    """Added to the checkpoint's values as they are read (see :class:`LogicalWeight`)."""
 
     @property
     def logical(self) -> LogicalWeight:
@@ -56,6 +58,7 @@ class Param:
             fill=self.fill,
             parts=self.parts,
             dtype=self.dtype,
+            offset=self.offset,
         )
 
 
@@ -96,6 +99,21 @@ class Module:
             elif isinstance(child, list) and child and isinstance(child[0], Module):
                 for i, item in enumerate(child):
                     item.bind(f"{name}{attr}.{i}.", f"{source}{attr}.{i}.")
+        return self
+
+    def map_params(self, change: Callable[[Param], Param]) -> Module:
+        """Replace every parameter below this module by ``change(parameter)``."""
+        for attr, child in list(vars(self).items()):
+            if attr.startswith("_"):
+                continue
+            if isinstance(child, Param):
+                setattr(self, attr, change(child))
+            elif isinstance(child, Module):
+                child.map_params(change)
+            elif isinstance(child, list):
+                for item in child:
+                    if isinstance(item, Module):
+                        item.map_params(change)
         return self
 
     def params(self) -> Iterator[Param]:

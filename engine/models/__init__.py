@@ -35,10 +35,11 @@ __all__ = [
 
 
 def _families() -> tuple[Family, ...]:
+    from engine.models.gemma3 import FAMILY as GEMMA3
     from engine.models.gemma4 import FAMILY as GEMMA4
     from engine.models.llama import FAMILY as LLAMA
 
-    return (GEMMA4, LLAMA)
+    return (GEMMA4, LLAMA, GEMMA3)
 
 
 def supported_model_types() -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.errors import OptionsError, option
 from engine.graph.context import BuildContext
 from engine.graph.modules import Module, logical_weights
 from engine.logical import LogicalWeight
@@ -58,3 +59,20 @@ class Family:
     """(spec, resolved options, context length) -> the package's sessions."""
     ignorable: Callable[[ModelSpec, ExportOptions, str], bool]
     """Checkpoint keys an export may leave unread (towers not exported, unused tensors)."""
+
+
+def text_decoder_session(
+    spec: ModelSpec, options: ExportOptions, decoder: Module, refusal: str
+) -> tuple[Session, ...]:
+    """The one session of a text-only package: ``decoder`` bound at the spec's prefix, as
+    ``model.onnx``, its LM head tied where the spec ties it. Towers asked for in
+    ``options.modalities`` are refused: ``refusal`` says why, ``{towers}`` naming them."""
+    towers = [m for m in options.modalities or () if m != "text"]
+    if towers:
+        raise OptionsError(
+            refusal.format(towers=" or ".join(towers))
+            + f"; leave {option('modalities')} out or choose text"
+        )
+    ties = {"lm_head.weight": "embed_tokens.weight"} if spec.tie_word_embeddings else {}
+    decoder.bind(source=spec.weight_prefix)
+    return (Session("decoder", "model.onnx", decoder, ties),)

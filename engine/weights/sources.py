@@ -185,7 +185,10 @@ class CheckpointSource:
             return _filled(weight, axis, start, stop, rows)
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
-        return self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
+        data = self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
+        if weight.offset:
+            data = np.asarray(data, dtype=np.float32) + np.float32(weight.offset)
+        return data
 
     def tensor_name(self, weight: LogicalWeight) -> str:
         """The weight's name in the checkpoint files (for messages); a fused weight's

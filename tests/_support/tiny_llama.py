@@ -1,5 +1,5 @@
-"""Tiny random Llama, Mistral, Qwen2, Qwen3, SmolLM3 and Phi-3 checkpoints built offline
-with transformers.
+"""Tiny random Llama, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3 and Gemma 3 checkpoints built
+offline with transformers.
 
 Odd widths on purpose (hidden 72, MLP 136, vocab 331): nothing may assume powers of two.
 """
@@ -78,6 +78,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # Phi-3 mini's shape: q/k/v and gate/up fused in the checkpoint, a window on every layer
     # (mini-4k's is 2047), head_dim from hidden / heads, untied head.
     "phi3": dict(model_type="phi3", head_dim=None, hidden_size=64, sliding_window=8),
+    # Gemma 3 (4B's shape): four norms per layer that scale by 1 + w, q/k norms, sliding
+    # and full layers with their own RoPE (linear scaling on the full ones), attention
+    # scaled by query_pre_attn_scalar ** -0.5 (not head_dim's), tanh-GELU, tied head,
+    # embeddings scaled by sqrt(hidden).
+    "gemma3": dict(
+        model_type="gemma3_text",
+        hidden_size=80,  # 5 blocks of 16: the quantized tied head has whole blocks
+        tie_word_embeddings=True,
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        },
+    ),
 }
 
 _CLASSES = {
@@ -87,6 +103,7 @@ _CLASSES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
 
 

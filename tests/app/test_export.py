@@ -346,12 +346,15 @@ def _verify_passes(qtbot, window: MainWindow) -> None:
     assert "PASS" in panel.verify_result.text()
 
 
-@pytest.mark.parametrize("name", ["qwen3_sliding", "llama"])
+@pytest.mark.parametrize(
+    ("name", "genai_type"),
+    [("qwen3_sliding", "qwen3"), ("llama", "llama"), ("gemma3", "gemma3_text")],
+)
 def test_a_checkpoint_of_another_family_previews_exports_and_verifies(
-    qtbot, window: MainWindow, tmp_path, name: str
+    qtbot, window: MainWindow, tmp_path, name: str, genai_type: str
 ):
-    """A Qwen3 or Llama folder, chosen as a user would: previewed under its own name and
-    family, exported, then verified against transformers in the window."""
+    """A Qwen3, Llama or Gemma 3 folder, chosen as a user would: previewed under its own
+    name and family, exported, then verified against transformers in the window."""
     from tests._support.tiny_llama import make_checkpoint
 
     model_dir = tmp_path / f"my-{name}"
@@ -362,7 +365,7 @@ def test_a_checkpoint_of_another_family_previews_exports_and_verifies(
     result = _export(qtbot, window, tmp_path / "pkg")
     assert result is not None, window.banner.text
     config = json.loads((tmp_path / "pkg" / "genai_config.json").read_text())
-    assert config["model"]["type"] == name.split("_")[0]
+    assert config["model"]["type"] == genai_type
     _verify_passes(qtbot, window)
 
 

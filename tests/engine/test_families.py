@@ -87,7 +87,12 @@ def test_genai_generates_transformers_tokens(checkpoints: Checkpoints, tmp_path:
     ("name", "bits", "embedding_bits", "lowering"),
     # qwen3 on WebGPU: 8-bit tables (its GatherBlockQuantized reads 4-bit rows only of an
     # even block count; hidden 72 has 5 blocks of 16)
-    [("llama", 4, 4, "cpu-gqa"), ("qwen2", 8, 4, "cpu-gqa"), ("qwen3", 4, 8, "webgpu")],
+    [
+        ("llama", 4, 4, "cpu-gqa"),
+        ("qwen2", 8, 4, "cpu-gqa"),
+        ("qwen3", 4, 8, "webgpu"),
+        ("gemma3", 4, 8, "cpu-gqa"),
+    ],
 )
 def test_quantized_package_computes_its_dequantized_weights(
     checkpoints: Checkpoints,
@@ -144,6 +149,84 @@ def test_the_fixtures_exercise_what_they_claim(checkpoints: Checkpoints):
     spec = spec_from_config(smol.config.to_dict())
     assert [x.rope for x in spec.layers] == [True, False, True]
     assert [x.attention for x in spec.layers] == ["full", "sliding", "full"]
+    # Gemma 3: its norms are 1 + w (and w is far from 0 here, so reading w alone would
+    # fail the parity tests); its scale is query_pre_attn_scalar's; two RoPEs.
+    _, gemma3, _, _ = checkpoints.get("gemma3")
+    spec = spec_from_config(gemma3.config.to_dict())
+    assert [x.attention for x in spec.layers] == ["sliding", "full", "sliding"]
+    assert spec.layers[0].attention_scale == 24**-0.5 != spec.layers[0].head_dim ** -0.5
+    assert spec.rope["full"].kind == "linear" and spec.rope["full"].factor == 8.0
+    assert spec.rope["sliding"].theta == 10_000.0 and spec.rope["full"].theta == 1e6
+    assert float(gemma3.model.layers[0].input_layernorm.weight.detach().abs().min()) > 0.3
+    assert len(PROMPT) + STEPS > spec.sliding_window
+
+
+def test_gemma3_norms_read_one_plus_w(checkpoints: Checkpoints, tmp_path: Path):
+    """Every norm scale of a Gemma 3 package holds 1 + the checkpoint's w (in fp32), on the
+    per-head q/k norm table of the WebGPU lowering too; nothing else is offset."""
+    import onnx
+    from onnx import numpy_helper
+
+    from engine.models import load_spec
+    from engine.plan import plan
+
+    model_dir, model, _, _ = checkpoints.get("gemma3")
+    export_plan = plan(load_spec(model_dir), ExportOptions(ep="webgpu", dtype="fp32"))
+    norms = [w.weight for w in export_plan.decoder.weights if w.weight.role == "norm"]
+    offsets = {p.offset for w in norms for p in (w.parts or (w,)) if p.source is not None}
+    assert norms and offsets == {1.0}
+    others = {w.weight.offset for w in export_plan.decoder.weights if w.weight.role != "norm"}
+    assert others == {0.0}
+    out = tmp_path / "pkg"
+    export(out, model_dir=model_dir, options=ExportOptions(ep="cpu", dtype="fp32"))
+    proto = onnx.load(str(out / "model.onnx"))
+    stored = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    expected = 1.0 + model.model.layers[1].post_feedforward_layernorm.weight.detach().numpy()
+    np.testing.assert_array_equal(stored["layers.1.post_feedforward_layernorm.weight"], expected)
+
+
+def test_gemma3_published_fields_are_read_as_transformers_reads_them():
+    """The 1B's published config (rope_theta, rope_local_base_freq, sliding_window_pattern)
+    and transformers 5's rope_parameters give one spec; a 4B-style rope_scaling scales the
+    full layers only."""
+    legacy = _config(
+        "gemma3_text",
+        rope_theta=1e6,
+        rope_local_base_freq=10_000,
+        sliding_window_pattern=3,
+        num_hidden_layers=6,
+        sliding_window=8,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+    )
+    old = spec_from_config(legacy)
+    assert [x.attention for x in old.layers] == ["sliding", "sliding", "full"] * 2
+    assert old.rope["full"].kind == "linear" and old.rope["full"].factor == 8.0
+    assert old.rope["sliding"].kind == "default" and old.rope["sliding"].theta == 10_000.0
+    layer_types = [("full" if (i + 1) % 3 == 0 else "sliding") + "_attention" for i in range(6)]
+    new = spec_from_config(
+        _config(
+            "gemma3_text",
+            num_hidden_layers=6,
+            sliding_window=8,
+            layer_types=layer_types,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+        )
+    )
+    assert old.rope == new.rope and old.layers == new.layers
+    assert family_for("gemma3_text").name == "gemma3" == family_for("gemma3").name
+
+
+@pytest.mark.parametrize(("preset", "parameters"), [("gemma3-1b", 1.0e9), ("gemma3-4b", 3.88e9)])
+def test_gemma3_presets_hold_the_published_sizes(preset: str, parameters: float):
+    """Gemma 3 1B: 1.0 B parameters; 4B: 4.3 B with its ~0.42 B vision encoder, which is not
+    exported (3.88 B of text decoder)."""
+    from engine.models import model_summary
+    from engine.presets import load_preset
+
+    assert abs(model_summary(load_preset(preset))["parameters"] - parameters) / parameters < 0.01
 
 
 def test_a_kind_no_layer_rotates_in_has_no_rope_caches(checkpoints: Checkpoints, tmp_path: Path):
@@ -240,6 +323,10 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
         ),
         ("phi3", {"partial_rotary_factor": 0.75}, "rotating part of each head is not exported"),
         ("smollm3", {"no_rope_layers": [1, 2, 1]}, "must be a list of 0 and 1"),
+        ("gemma3_text", {"use_bidirectional_attention": True}, "EmbeddingGemma"),
+        ("gemma3_text", {"attn_logit_softcapping": 50.0}, "attention softcapping"),
+        ("gemma3_text", {"query_pre_attn_scalar": 0}, "must be positive"),
+        ("gemma3", {}, "needs a 'text_config' object"),
     ],
 )
 def test_bad_configs_name_the_problem(model_type: str, changes: dict[str, Any], message: str):
@@ -312,3 +399,56 @@ def test_split_tables_compute_the_same_model(
     tokens, logits = ort_greedy(out, PROMPT, STEPS)
     assert max(float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)) <= 1e-4
     assert tokens == ref_tokens
+
+
+def test_a_multimodal_gemma3_checkpoint_exports_its_text_decoder(tmp_path: Path):
+    """Gemma 3 4B and up are ``gemma3`` checkpoints (Gemma3ForConditionalGeneration, keys
+    under ``language_model.model.`` as published and as transformers saves them): the text
+    decoder is exported, the vision tower left unread; transformers' own forward of the
+    whole model on text gives the same logits and tokens, and genai generates them."""
+    import torch
+    import transformers
+
+    from tests._support.tiny_gemma import make_tokenizer
+
+    text = {**BASE, **CONFIGS["gemma3"]}
+    text.pop("model_type")
+    torch.manual_seed(0)
+    config = transformers.Gemma3Config(
+        text_config=text,
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+        image_token_index=330,
+        boi_token_index=328,
+        eoi_token_index=329,
+    )
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(0.2 * torch.randn_like(param) if "norm" in name else 0.08 * param.normal_())
+    model.save_pretrained(tmp_path / "checkpoint")
+    make_tokenizer(tmp_path / "checkpoint", text["vocab_size"])
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, STEPS)
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=tmp_path / "checkpoint", options=ExportOptions(dtype="fp32"))
+    assert result.plan.spec.source_model_type == "gemma3"
+    tokens, logits = ort_greedy(out, PROMPT, STEPS)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)) <= 1e-4
+    assert tokens == ref_tokens
+    assert genai_greedy(out, PROMPT, STEPS) == ref_tokens
+    from engine.errors import OptionsError
+
+    with pytest.raises(OptionsError, match="only Gemma 3's text decoder is exported"):
+        export(
+            tmp_path / "mm",
+            model_dir=tmp_path / "checkpoint",
+            options=ExportOptions(modalities=("text", "vision")),
+        )
+    assert not (tmp_path / "mm").exists()

@@ -1,4 +1,5 @@
-"""The Gemma 4 text decoder: its weight tree and its graph.
+"""The Gemma 4 text decoder: its weight tree and its graph (Gemma 3's too: the same
+four-norm layer without per-layer inputs and layer scalars, :mod:`engine.models.gemma3`).
 
 Its layers are the shared attention (:mod:`engine.models.decoder`, with q/k norms and
 Gemma's scale-free value norm) inside Gemma's own layer: four norms, the experts beside the
@@ -34,7 +35,13 @@ class DecoderLayer(Module):
     gate, layer scalar)."""
 
     def __init__(
-        self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
+        self,
+        spec: ModelSpec,
+        layer: LayerSpec,
+        *,
+        static: bool = False,
+        fuse: bool = False,
+        layer_scalar: bool = True,
     ) -> None:
         h = spec.hidden_size
         self._index = layer.index
@@ -49,7 +56,7 @@ class DecoderLayer(Module):
             self.per_layer_input_gate = Linear(h, spec.ple_dim)
             self.per_layer_projection = Linear(spec.ple_dim, h)
             self.post_per_layer_input_norm = RMSNorm(h)
-        self.layer_scalar = Param((1,), "scalar", fill=1.0)
+        self.layer_scalar = Param((1,), "scalar", fill=1.0) if layer_scalar else None
 
     def __call__(
         self,
@@ -74,6 +81,8 @@ class DecoderLayer(Module):
             )
             gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))
             hidden = op.Add(hidden, self.post_per_layer_input_norm(ctx, gated))
+        if self.layer_scalar is None:
+            return hidden
         return op.Mul(hidden, ctx.param(self.layer_scalar.name))
 
 
@@ -138,7 +147,8 @@ class TextDecoder(Module):
     ``embeds_in=True`` is the multimodal decoder: it takes ``inputs_embeds`` (and the
     per-layer inputs) from the embedding session; it keeps the token table only when the
     LM head is tied to it. ``options`` choose the attention lowering and fused
-    projections (the EP's flags); None = the engine's defaults.
+    projections (the EP's flags); None = the engine's defaults. ``layer_scalar=False``:
+    layers without Gemma 4's scalar (Gemma 3).
     """
 
     def __init__(
@@ -148,6 +158,7 @@ class TextDecoder(Module):
         *,
         embeds_in: bool = False,
         options: ExportOptions | None = None,
+        layer_scalar: bool = True,
     ) -> None:
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
@@ -159,7 +170,8 @@ class TextDecoder(Module):
         if spec.has_ple and not embeds_in:
             self.per_layer = PerLayerInputs(spec)
         self.layers = [
-            DecoderLayer(spec, layer, static=static_kv, fuse=fuse) for layer in spec.layers
+            DecoderLayer(spec, layer, static=static_kv, fuse=fuse, layer_scalar=layer_scalar)
+            for layer in spec.layers
         ]
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:

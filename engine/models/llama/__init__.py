@@ -3,9 +3,8 @@ layer shape, text only, as one family record (their differences are data: :mod:`
 
 from __future__ import annotations
 
-from engine.errors import OptionsError, option
 from engine.models.decoder import CausalDecoder
-from engine.models.family import Family, Session
+from engine.models.family import Family, Session, text_decoder_session
 from engine.models.llama.config import MODEL_TYPES, read_spec
 from engine.options import ExportOptions
 from engine.spec import ModelSpec
@@ -13,16 +12,9 @@ from engine.spec import ModelSpec
 
 def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[Session, ...]:
     """One decoder session (``model.onnx``) that takes ``input_ids``."""
-    towers = [m for m in options.modalities or () if m != "text"]
-    if towers:
-        raise OptionsError(
-            f"a {spec.model_type} model has no {' or '.join(towers)} tower (it has: text); "
-            f"leave {option('modalities')} out or choose text"
-        )
-    ties = {"lm_head.weight": "embed_tokens.weight"} if spec.tie_word_embeddings else {}
     decoder = CausalDecoder(spec, max_length, options=options)
-    decoder.bind(source=spec.weight_prefix)
-    return (Session("decoder", "model.onnx", decoder, ties),)
+    refusal = f"a {spec.model_type} model has no {{towers}} tower (it has: text)"
+    return text_decoder_session(spec, options, decoder, refusal)
 
 
 _UNUSED_SUFFIXES = (".rotary_emb.inv_freq",)
