@@ -152,6 +152,12 @@ CONTROLS: dict[str, Control] = {
         "Weight name patterns left unquantized, comma-separated, as the split table names "
         "them (e.g. layers.*.per_layer_projection.weight).",
     ),
+    "keep_int8": Control(
+        "Keep in &8 bits",
+        "Weight name patterns stored in 8 bits while the others take the chosen bits "
+        "(mixed precision: the sensitive layers in INT8, the rest in INT4), comma-separated, "
+        "e.g. layers.0.*, embed_tokens.weight.",
+    ),
     "max_length": Control(
         "Max le&ngth",
         "The longest sequence (prompt plus generated tokens) the package supports. It sizes "

@@ -53,6 +53,10 @@ class ExportOptions:
     keep_float: tuple[str, ...] = ()
     """Name patterns (``fnmatch``, as ``plan`` lists the weights, e.g.
     ``layers.*.per_layer_projection.weight``) of weights to leave unquantized."""
+    keep_int8: tuple[str, ...] = ()
+    """Name patterns of quantized weights to store in 8 bits whatever ``weight_bits`` /
+    ``embedding_bits`` say: mixed precision, the layers a measurement found sensitive in
+    INT8 and the rest in INT4 (``keep_float`` wins where both match)."""
     force: bool = False
     """Write the package even when a limit the user chose is exceeded."""
     random_weights: bool = False
@@ -64,8 +68,9 @@ class ExportOptions:
     def __post_init__(self) -> None:
         # Options read back from JSON (the app's settings) carry a list: keep them hashable
         # and equal to the options that were saved.
-        if isinstance(self.keep_float, list):
-            object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        for name in ("keep_float", "keep_int8"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.modalities, list):
             object.__setattr__(self, "modalities", tuple(self.modalities))
 
@@ -138,14 +143,16 @@ class ExportOptions:
                 f"lengths can count ({MAX_LENGTH_LIMIT:,}); choose a smaller "
                 f"{option('max_length')}"
             )
-        patterns = (self.keep_float,) if isinstance(self.keep_float, str) else self.keep_float
-        if not all(isinstance(p, str) and p.strip() for p in patterns):
+        patterns = {name: _patterns(self, name) for name in ("keep_float", "keep_int8")}
+        if patterns["keep_int8"] and self.weight_bits is None and self.embedding_bits is None:
             raise OptionsError(
-                f"{option('keep_float')} takes weight name patterns, got {list(patterns)!r}"
+                f"{option('keep_int8')} stores quantized weights in 8 bits, but nothing is "
+                f"quantized; add {option('weight_bits', 4)} (or {option('embedding_bits', 4)})"
             )
         return replace(
             self,
-            keep_float=tuple(p.strip() for p in patterns),
+            keep_float=patterns["keep_float"],
+            keep_int8=patterns["keep_int8"],
             ep=caps.name,
             dtype=dtype,
             embedding_block_size=self.embedding_block_size or self.block_size,
@@ -161,6 +168,10 @@ class ExportOptions:
         """Whether the weight ``name`` matches a :attr:`keep_float` pattern."""
         return any(fnmatchcase(name, pattern) for pattern in self.keep_float)
 
+    def keeps_int8(self, name: str) -> bool:
+        """Whether the weight ``name`` matches a :attr:`keep_int8` pattern."""
+        return any(fnmatchcase(name, pattern) for pattern in self.keep_int8)
+
     @property
     def uses_gqa(self) -> bool:
         """GroupQueryAttention (True) or the standard-ONNX attention path (False)."""
@@ -173,3 +184,12 @@ class ExportOptions:
             caps.supports("GroupQueryAttention")
             and (self.dtype or caps.default_dtype) in caps.gqa_dtypes
         )
+
+
+def _patterns(options: ExportOptions, name: str) -> tuple[str, ...]:
+    """``keep_float`` / ``keep_int8``: non-empty name patterns, stripped."""
+    raw = getattr(options, name)
+    patterns = (raw,) if isinstance(raw, str) else raw
+    if not all(isinstance(p, str) and p.strip() for p in patterns):
+        raise OptionsError(f"{option(name)} takes weight name patterns, got {list(patterns)!r}")
+    return tuple(p.strip() for p in patterns)

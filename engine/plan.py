@@ -193,6 +193,8 @@ def _plan_weight(
         storage = "float"
     if bits is not None and options.keeps_float(w.name):
         storage, bits, block = ("float_t" if role == "linear" else "float"), None, None
+    elif bits is not None and options.keeps_int8(w.name):
+        bits = 8
     if bits is not None and block is not None:
         check_quantizable(w.name, w.shape, bits, block, storage)
 

@@ -117,15 +117,18 @@ def check_buffer_limit(export_plan: ExportPlan) -> None:
 
 
 def check_keep_float(export_plan: ExportPlan) -> None:
-    """Refuse a ``keep_float`` pattern that names no weight (a typo would change nothing)."""
+    """Refuse a ``keep_float`` or ``keep_int8`` pattern that names no weight (a typo would
+    change nothing)."""
     names = [wp.name for session in export_plan.sessions for wp in session.weights]
-    for pattern in export_plan.options.keep_float:
-        if not any(fnmatchcase(name, pattern) for name in names):
-            examples = [n for n in names if n.endswith("proj.weight")][:2] or names[:2]
-            raise OptionsError(
-                f"{option('keep_float', pattern)} matches no weight of this model; names look "
-                f"like {', '.join(examples)} ('*' matches any characters, dots included)"
-            )
+    options = export_plan.options
+    for flag, patterns in (("keep_float", options.keep_float), ("keep_int8", options.keep_int8)):
+        for pattern in patterns:
+            if not any(fnmatchcase(name, pattern) for name in names):
+                examples = [n for n in names if n.endswith("proj.weight")][:2] or names[:2]
+                raise OptionsError(
+                    f"{option(flag, pattern)} matches no weight of this model; names look "
+                    f"like {', '.join(examples)} ('*' matches any characters, dots included)"
+                )
 
 
 def check_resources(export_plan: ExportPlan, output: Path) -> None:

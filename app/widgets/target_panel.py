@@ -65,6 +65,8 @@ class TargetPanel(QGroupBox):
         self.force = checkbox("force")
         self.keep_float = described(QLineEdit(), "keep_float")
         self.keep_float.setPlaceholderText("none")
+        self.keep_int8 = described(QLineEdit(), "keep_int8")
+        self.keep_int8.setPlaceholderText("none")
         self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
@@ -125,6 +127,7 @@ class TargetPanel(QGroupBox):
             ("accuracy_level", self.accuracy_level),
             ("seed", self.seed),
             ("keep_float", self.keep_float),
+            ("keep_int8", self.keep_int8),
         ):
             advanced.addRow(CONTROLS[key].label, field)
         advanced.addRow(self.symmetric)
@@ -161,6 +164,7 @@ class TargetPanel(QGroupBox):
             box.toggled.connect(self._apply)
         self.limit.editingFinished.connect(self._apply)
         self.keep_float.editingFinished.connect(self._apply)
+        self.keep_int8.editingFinished.connect(self._apply)
         self.max_length.valueChanged.connect(self._apply)
         self.seed.valueChanged.connect(self._apply)
         self.output.textEdited.connect(lambda text: state.set_output(text.strip()))
@@ -216,6 +220,8 @@ class TargetPanel(QGroupBox):
         self.force.setChecked(options.force)
         self.keep_float.setText(", ".join(options.keep_float))
         self.keep_float.setEnabled(quantized)
+        self.keep_int8.setText(", ".join(options.keep_int8))
+        self.keep_int8.setEnabled(quantized)
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
         self.limit.setStyleSheet("")
@@ -277,6 +283,9 @@ class TargetPanel(QGroupBox):
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
+        quantized = any(
+            box.currentData() is not None for box in (self.weight_bits, self.embedding_bits)
+        )
         self._state.update_options(
             ep=ep,
             dtype=None if ep_changed else self.dtype.currentData(),
@@ -296,7 +305,8 @@ class TargetPanel(QGroupBox):
             seed=self.seed.value(),
             modalities=self.modalities.currentData(),
             force=self.force.isChecked() and limit is not None,
-            keep_float=tuple(p.strip() for p in self.keep_float.text().split(",") if p.strip()),
+            keep_float=_patterns(self.keep_float),
+            keep_int8=_patterns(self.keep_int8) if quantized else (),
         )
 
     def _custom_limit(self) -> int | bool | None:
@@ -369,3 +379,8 @@ def _row(*widgets: QWidget) -> QWidget:
     for w in widgets:
         layout.addWidget(w, 1 if isinstance(w, (QLineEdit, QComboBox)) else 0)
     return box
+
+
+def _patterns(field: QLineEdit) -> tuple[str, ...]:
+    """Comma-separated name patterns of a line edit."""
+    return tuple(p.strip() for p in field.text().split(",") if p.strip())

@@ -122,6 +122,14 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         "e.g. 'layers.*.per_layer_projection.weight'; repeatable)",
     )
     parser.add_argument(
+        "--keep-int8",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="store quantized weights whose name matches PATTERN in 8 bits (mixed precision: "
+        "e.g. --weight-bits 4 --keep-int8 'layers.0.*'; repeatable)",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="write the package even when a tensor exceeds the --max-buffer-size you chose",
@@ -169,6 +177,7 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         max_length=args.max_length,
         attention=args.attention,
         keep_float=tuple(args.keep_float),
+        keep_int8=tuple(args.keep_int8),
         force=args.force,
         random_weights=random_weights,
         seed=getattr(args, "seed", 0),

@@ -207,10 +207,17 @@ def test_a_limit_the_user_chose_can_be_forced_and_weights_kept_in_float(qtbot, w
     panel.keep_float.setText("layers.0.mlp.*, lm_head.weight")
     panel.keep_float.editingFinished.emit()
     assert window.state.options.keep_float == ("layers.0.mlp.*", "lm_head.weight")
+    assert panel.keep_int8.isEnabled()  # mixed precision: some layers in 8 bits
+    panel.keep_int8.setText("layers.1.*")
+    panel.keep_int8.editingFinished.emit()
+    assert window.state.options.keep_int8 == ("layers.1.*",)
     window.menu_actions["copy_cli"].trigger()
     line = QGuiApplication.clipboard().text()
     assert "--force" in line, line
     assert "--keep-float 'layers.0.mlp.*' --keep-float lm_head.weight" in line, line
+    assert "--keep-int8 'layers.1.*'" in line, line
+    _choose(panel.weight_bits, None)  # nothing quantized: the 8-bit patterns do not apply
+    assert window.state.options.keep_int8 == () and not panel.keep_int8.isEnabled()
     _choose(panel.limit_mode, "default")
     assert not window.state.options.force and not panel.force.isEnabled()
 

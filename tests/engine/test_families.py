@@ -452,3 +452,59 @@ def test_a_multimodal_gemma3_checkpoint_exports_its_text_decoder(tmp_path: Path)
             options=ExportOptions(modalities=("text", "vision")),
         )
     assert not (tmp_path / "mm").exists()
+
+
+def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
+    checkpoints: Checkpoints, tmp_path: Path
+):
+    """``keep_int8``: INT4 weights but layer 0 and the token table in INT8. The plan says
+    so per tensor (and sizes it), the graph's MatMulNBits / GatherBlockQuantized nodes carry
+    each weight's own bits, and the package equals transformers on its dequantized
+    weights; genai runs it."""
+    import onnx
+
+    from engine.errors import OptionsError
+    from engine.plan import plan
+
+    model_dir, model, ref_tokens, _ = checkpoints.get("qwen2")
+    options = ExportOptions(
+        dtype="fp32",
+        weight_bits=4,
+        embedding_bits=4,
+        block_size=16,
+        accuracy_level=0,
+        keep_int8=("layers.0.*", "embed_tokens.weight"),
+    )
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=model_dir, options=options)
+    bits = {wp.name: wp.bits for wp in result.plan.decoder.weights if wp.quantized}
+    assert bits["layers.0.self_attn.q_proj.weight"] == 8 == bits["embed_tokens.weight"]
+    assert bits["layers.1.self_attn.q_proj.weight"] == 4 == bits["layers.2.mlp.down_proj.weight"]
+    all_int4 = plan(result.plan.spec, replace_options(options, keep_int8=()))
+    assert result.plan.nbytes > all_int4.nbytes
+    proto = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    node_bits = {
+        node.input[1]: next(a.i for a in node.attribute if a.name == "bits")
+        for node in proto.graph.node
+        if node.op_type == "MatMulNBits"
+    }
+    assert sorted(set(node_bits.values())) == [4, 8]
+    ours = forced_logits(out, PROMPT, ref_tokens)
+    theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, ref_tokens)
+    assert float(np.abs(ours - theirs).max()) <= 1e-4
+    assert len(genai_greedy(out, PROMPT, 8)) == 8
+    with pytest.raises(OptionsError, match="nothing is quantized"):
+        ExportOptions(keep_int8=("layers.0.*",)).resolve()
+    with pytest.raises(OptionsError, match="matches no weight"):
+        export(
+            tmp_path / "typo",
+            model_dir=model_dir,
+            options=replace_options(options, keep_int8=("layers.99.*",)),
+        )
+    assert not (tmp_path / "typo").exists()
+
+
+def replace_options(options: ExportOptions, **changes: Any) -> ExportOptions:
+    from dataclasses import replace
+
+    return replace(options, **changes)
