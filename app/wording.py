@@ -108,8 +108,10 @@ CONTROLS: dict[str, Control] = {
     ),
     "quant_method": Control(
         "Quantizer",
-        "round to nearest (fast), or a per-block scale search (slower, lower error).",
-        (("round to nearest", "rtn"), ("scale search", "search")),
+        "round to nearest (fast), a per-block scale search (slower, lower error), or GPTQ: "
+        "error feedback from each linear's inputs on a built-in calibration text (a "
+        "checkpoint with its tokenizer; slowest, lowest error).",
+        (("round to nearest", "rtn"), ("scale search", "search"), ("GPTQ (calibrated)", "gptq")),
     ),
     "quantize_lm_head": Control(
         "Quantize the LM head",
@@ -151,6 +153,10 @@ CONTROLS: dict[str, Control] = {
         "Keep in &float",
         "Weight name patterns left unquantized, comma-separated, as the split table names "
         "them (e.g. layers.*.per_layer_projection.weight).",
+    ),
+    "calibration": Control(
+        "Calibration text",
+        "A UTF-8 text file whose tokens calibrate GPTQ (default: a built-in sample).",
     ),
     "keep_int8": Control(
         "Keep in &8 bits",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Literal
@@ -12,7 +13,7 @@ from engine.errors import OptionsError, option
 DType = Literal["fp32", "fp16", "bf16"]
 GraphCapture = Literal["auto", "on", "off"]
 AttentionPath = Literal["auto", "gqa", "standard"]
-QuantMethod = Literal["rtn", "search"]
+QuantMethod = Literal["rtn", "search", "gptq"]
 
 DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
 VALID_BITS = (4, 8)
@@ -41,6 +42,10 @@ class ExportOptions:
     """Block size of the embedding tables; None uses ``block_size``."""
     symmetric: bool = False
     quant_method: QuantMethod = "rtn"
+    """``rtn``, ``search`` (per-block scale search) or ``gptq`` (error feedback from the
+    linears' inputs on calibration text, :mod:`engine.calibration`; embeddings stay RTN)."""
+    calibration: str | None = None
+    """A UTF-8 text file whose tokens calibrate ``gptq``; None = the built-in sample."""
     quantize_lm_head: bool = True
     accuracy_level: int | None = None
     graph_capture: GraphCapture = "auto"
@@ -100,6 +105,19 @@ class ExportOptions:
                 continue
             if size < 16 or size > 256 or size & (size - 1):
                 raise OptionsError(f"{label} must be a power of two from 16 to 256, got {size}")
+        if self.quant_method not in ("rtn", "search", "gptq"):
+            raise OptionsError(
+                f"unknown quantization method {self.quant_method!r}; use rtn, search or gptq"
+            )
+        if self.quant_method == "gptq" and self.weight_bits is None:
+            raise OptionsError(
+                f"{option('quant_method', 'gptq')} quantizes linear weights; add "
+                f"{option('weight_bits', 4)}"
+            )
+        if self.calibration is not None and self.quant_method != "gptq":
+            raise OptionsError(
+                f"{option('calibration')} is read by {option('quant_method', 'gptq')} only"
+            )
         if self.weight_bits is not None and not caps.supports("MatMulNBits"):
             raise OptionsError(
                 f"{caps.display_name} has no MatMulNBits: weight quantization is unavailable"
@@ -143,7 +161,10 @@ class ExportOptions:
                 f"lengths can count ({MAX_LENGTH_LIMIT:,}); choose a smaller "
                 f"{option('max_length')}"
             )
-        patterns = {name: _patterns(self, name) for name in ("keep_float", "keep_int8")}
+        patterns = {
+            "keep_float": _patterns(self.keep_float, option("keep_float")),
+            "keep_int8": _patterns(self.keep_int8, option("keep_int8")),
+        }
         if patterns["keep_int8"] and self.weight_bits is None and self.embedding_bits is None:
             raise OptionsError(
                 f"{option('keep_int8')} stores quantized weights in 8 bits, but nothing is "
@@ -186,10 +207,10 @@ class ExportOptions:
         )
 
 
-def _patterns(options: ExportOptions, name: str) -> tuple[str, ...]:
-    """``keep_float`` / ``keep_int8``: non-empty name patterns, stripped."""
-    raw = getattr(options, name)
-    patterns = (raw,) if isinstance(raw, str) else raw
+def _patterns(raw: str | Iterable[object], flag: str) -> tuple[str, ...]:
+    """``keep_float`` / ``keep_int8`` (``flag``: the option, as a message names it):
+    non-empty name patterns, stripped."""
+    patterns = [raw] if isinstance(raw, str) else list(raw)
     if not all(isinstance(p, str) and p.strip() for p in patterns):
-        raise OptionsError(f"{option(name)} takes weight name patterns, got {list(patterns)!r}")
-    return tuple(p.strip() for p in patterns)
+        raise OptionsError(f"{flag} takes weight name patterns, got {patterns!r}")
+    return tuple(str(p).strip() for p in patterns)

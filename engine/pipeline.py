@@ -139,10 +139,17 @@ def export(
         source = checkpoint
     cancel.raise_if_cancelled()
 
+    feedback = None
+    if options.quant_method == "gptq":
+        feedback = _calibrate(model_dir, export_plan, progress, cancel)
     progress(0.03, "building the graphs")
-    factory = TensorFactory(export_plan, source, cancel)
+    factory = TensorFactory(export_plan, source, cancel, feedback=feedback)
     built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
     notes: list[str] = [*ready.notes, *tokenizer_notes]
+    if feedback is not None:
+        from engine.calibration import describe
+
+        notes.append(describe(feedback))
     for session in built:
         notes += [
             f"{session.name}: {family}: {count} rewrites"
@@ -258,3 +265,26 @@ def _manifest(
             "warnings": [render_message(w) for w in export_plan.warnings],
         },
     }
+
+
+def _calibrate(
+    model_dir: str | os.PathLike[str] | None,
+    export_plan: ExportPlan,
+    progress: Progress,
+    cancel: CancelToken,
+) -> dict[str, Any]:
+    """GPTQ's statistics from the checkpoint's float model on calibration text."""
+    from engine.calibration import linear_feedback
+
+    if model_dir is None or export_plan.options.random_weights:
+        raise OptionsError(
+            f"{option('quant_method', 'gptq')} calibrates on the checkpoint's own weights; "
+            f"random weights have none: use {option('quant_method', 'rtn')}"
+        )
+    progress(0.02, "calibrating (GPTQ)")
+    return linear_feedback(
+        Path(model_dir),
+        export_plan.options.calibration,
+        progress=lambda f, m: progress(0.02 + 0.01 * f, m),
+        cancel=cancel,
+    )

@@ -121,14 +121,15 @@ def check_keep_float(export_plan: ExportPlan) -> None:
     change nothing)."""
     names = [wp.name for session in export_plan.sessions for wp in session.weights]
     options = export_plan.options
-    for flag, patterns in (("keep_float", options.keep_float), ("keep_int8", options.keep_int8)):
-        for pattern in patterns:
-            if not any(fnmatchcase(name, pattern) for name in names):
-                examples = [n for n in names if n.endswith("proj.weight")][:2] or names[:2]
-                raise OptionsError(
-                    f"{option(flag, pattern)} matches no weight of this model; names look "
-                    f"like {', '.join(examples)} ('*' matches any characters, dots included)"
-                )
+    flags = [(option("keep_float", p), p) for p in options.keep_float]
+    flags += [(option("keep_int8", p), p) for p in options.keep_int8]
+    for flag, pattern in flags:
+        if not any(fnmatchcase(name, pattern) for name in names):
+            examples = [n for n in names if n.endswith("proj.weight")][:2] or names[:2]
+            raise OptionsError(
+                f"{flag} matches no weight of this model; names look "
+                f"like {', '.join(examples)} ('*' matches any characters, dots included)"
+            )
 
 
 def check_resources(export_plan: ExportPlan, output: Path) -> None:

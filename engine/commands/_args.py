@@ -86,9 +86,18 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quant-method",
-        choices=("rtn", "search"),
+        choices=("rtn", "search", "gptq"),
         default="rtn",
-        help="rtn: round to nearest; search: per-block scale search (slower, lower error)",
+        help="rtn: round to nearest; search: per-block scale search (slower, lower error); "
+        "gptq: error feedback from each linear's inputs on calibration text (a checkpoint "
+        "with its tokenizer; slowest, lowest error)",
+    )
+    parser.add_argument(
+        "--calibration",
+        metavar="TEXT_FILE",
+        default=None,
+        help="UTF-8 text whose tokens calibrate --quant-method gptq (default: a built-in "
+        "sample of the Python standard library's documentation strings)",
     )
     parser.add_argument(
         "--no-quantize-lm-head",
@@ -170,6 +179,7 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         block_size=args.block_size,
         symmetric=args.symmetric,
         quant_method=args.quant_method,
+        calibration=args.calibration,
         quantize_lm_head=args.quantize_lm_head,
         accuracy_level=args.accuracy_level,
         graph_capture=args.graph_capture,

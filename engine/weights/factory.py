@@ -14,7 +14,7 @@ graphs).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -24,6 +24,7 @@ from engine.dtypes import ir_dtype, numpy_dtype
 from engine.errors import WeightsError, option
 from engine.plan_model import ExportPlan, Piece, PlannedTensor, WeightPlan
 from engine.progress import CancelToken
+from engine.quantize.gptq import Feedback
 from engine.weights.sources import WeightSource
 
 CHUNK_ELEMENTS = 8 * 1024 * 1024
@@ -98,11 +99,16 @@ class TensorFactory:
         source: WeightSource,
         cancel: CancelToken | None = None,
         on_produced: Callable[[PlannedTensor], None] | None = None,
+        feedback: Mapping[str, Feedback] | None = None,
     ) -> None:
+        """``feedback``: GPTQ's statistics per linear weight name (engine.calibration);
+        the linears it names are quantized with GPTQ, every other weight as the options
+        say (RTN or the scale search)."""
         self.plan = plan
         self.source = source
         self.cancel = cancel or CancelToken()
         self.on_produced = on_produced
+        self.feedback = feedback or {}
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
         """An initializer whose bytes are produced only when written."""
@@ -243,6 +249,17 @@ class TensorFactory:
                     weight.weight, piece.axis, piece.start, piece.stop, rows=(begin, end)
                 )
 
+    def _feedback(self, weight: WeightPlan, cols: int) -> Feedback | None:
+        """GPTQ's statistics for a MatMulNBits weight (a fused one's parts read one input:
+        its first part's), when calibrated and the width is whole blocks."""
+        if not self.feedback or weight.storage != "matmulnbits" or weight.block_size is None:
+            return None
+        name = (weight.weight.parts or (weight.weight,))[0].name
+        found = self.feedback.get(name)
+        if found is None or cols % weight.block_size or found.factor.shape[0] != cols:
+            return None
+        return found
+
     def _quantize(self, weight: WeightPlan, rows: np.ndarray) -> Chunk:
         """Quantize whole rows: blocks run along a row, so chunks quantize independently
         and their parts' bytes follow each other in the planned tensors."""
@@ -252,15 +269,30 @@ class TensorFactory:
         # Blocks run along the last axis; leading axes (the experts of a [E, N, K] tensor)
         # are rows like the others, so a 3-D chunk is quantized as [E * N, K].
         cols = rows.shape[-1]
-        blocks = quantize(
-            rows.reshape(-1, cols),
-            bits=weight.bits,
-            block_size=weight.block_size,
-            symmetric=weight.symmetric,
-            scale_dtype=numpy_dtype(weight.dtype),
-            method=self.plan.options.quant_method,
-            name=self._tensor_name(weight),
-        )
+        feedback = self._feedback(weight, cols)
+        if feedback is not None:
+            from engine.quantize.gptq import gptq_quantize
+
+            blocks = gptq_quantize(
+                rows.reshape(-1, cols),
+                feedback,
+                bits=weight.bits,
+                block_size=weight.block_size,
+                symmetric=weight.symmetric,
+                scale_dtype=numpy_dtype(weight.dtype),
+                name=self._tensor_name(weight),
+            )
+        else:
+            method = self.plan.options.quant_method
+            blocks = quantize(
+                rows.reshape(-1, cols),
+                bits=weight.bits,
+                block_size=weight.block_size,
+                symmetric=weight.symmetric,
+                scale_dtype=numpy_dtype(weight.dtype),
+                method="rtn" if method == "gptq" else method,
+                name=self._tensor_name(weight),
+            )
         # MatMulNBits' blocks padded to whole ones, GatherBlockQuantized's rows as they are.
         qweight = (
             blocks.gather_data(cols, weight.bits) if weight.storage == "gbq" else blocks.qweight

@@ -17,7 +17,7 @@ from engine.presets import load_preset
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 CALL = re.compile(r"(?<![\w.])option\(")
 LITERAL = re.compile(
-    r"""option\(\s*(['"])([a-z_]+)\1\s*(?:,\s*(?:(['"])([^'"]*)\3|[^()]*(?:\([^()]*\)[^()]*)*)\s*)?\)"""
+    r"""option\(\s*(['"])([a-z_][a-z0-9_]*)\1\s*(?:,\s*(?:(['"])([^'"]*)\3|[^()]*(?:\([^()]*\)[^()]*)*)\s*)?\)"""
 )
 """A literal key, and a literal value (checked against the control's choices) or any
 expression (a number the engine formats, checked for its key only)."""
