@@ -9,6 +9,7 @@ bad requests are refused up front.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,42 @@ def test_bad_gptq_requests_are_refused_up_front(qwen2, tmp_path: Path):
             options=ExportOptions(weight_bits=4, block_size=16, quant_method="gptq"),
         )
     assert not (tmp_path / "pkg").exists() and not (tmp_path / "random").exists()
+
+
+def test_fused_projections_of_the_webgpu_lowering_are_calibrated_too(qwen2, tmp_path: Path):
+    """On WebGPU q/k/v (and gate/up) are one fused MatMulNBits each: its parts read one input,
+    so the fused weight is GPTQ-quantized with that input's statistics, and the package still
+    computes exactly its own dequantized weights."""
+    root, model, tokens = qwen2
+    options = ExportOptions(
+        ep="webgpu",
+        dtype="fp32",
+        weight_bits=4,
+        block_size=16,
+        accuracy_level=0,
+        quant_method="gptq",
+    )
+    result = export(tmp_path / "pkg", model_dir=root / "checkpoint", options=options)
+    fused = [wp for wp in result.plan.decoder.weights if wp.quantized and wp.weight.parts]
+    assert fused, "the WebGPU lowering fuses projections"
+    assert any(note.startswith("GPTQ: ") for note in result.notes)
+    ours = forced_logits(tmp_path / "pkg", PROMPT, tokens)
+    theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, tokens)
+    assert float(np.abs(ours - theirs).max()) <= 1e-4
+    # ... and the fused weights really took GPTQ's codes, not RTN's.
+    import onnx
+    from onnx import numpy_helper
+
+    rtn = replace(options, quant_method="rtn")
+    export(tmp_path / "rtn", model_dir=root / "checkpoint", options=rtn)
+
+    def fused_codes(folder: Path) -> dict[str, np.ndarray]:
+        proto = onnx.load(str(folder / "model.onnx"))
+        names = {f"{wp.name}.qweight" for wp in fused}
+        return {
+            t.name: numpy_helper.to_array(t) for t in proto.graph.initializer if t.name in names
+        }
+
+    gptq_codes, rtn_codes = fused_codes(tmp_path / "pkg"), fused_codes(tmp_path / "rtn")
+    assert gptq_codes and gptq_codes.keys() == rtn_codes.keys()
+    assert all(not np.array_equal(gptq_codes[k], rtn_codes[k]) for k in gptq_codes)
