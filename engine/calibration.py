@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import OptionsError, option
+from engine.plan_model import ExportPlan
 from engine.progress import CancelToken, Progress, no_progress
 from engine.quantize.gptq import Feedback
 
@@ -99,14 +100,54 @@ def calibration_tokens(model_dir: Path, text_file: str | None, vocab_size: int) 
     return ids
 
 
+_GROUPS = {
+    "q_proj": "attention input",
+    "k_proj": "attention input",
+    "v_proj": "attention input",
+    "qkv_proj": "attention input",
+    "gate_proj": "mlp input",
+    "up_proj": "mlp input",
+    "gate_up_proj": "mlp input",
+}
+"""Linears that read one input (their statistics are one ``[K, K]`` array)."""
+
+
+def statistics_bytes(export_plan: ExportPlan) -> int:
+    """What the calibration keeps at once: one float64 ``[K, K]`` per linear input."""
+    inputs: dict[tuple[str, str], int] = {}
+    for wp in export_plan.decoder.weights:
+        if wp.storage != "matmulnbits" or len(wp.weight.shape) != 2:
+            continue
+        parent, _, leaf = wp.name.removesuffix(".weight").rpartition(".")
+        inputs[parent, _GROUPS.get(leaf, leaf)] = wp.weight.shape[1]
+    return sum(8 * k * k for k in inputs.values())
+
+
+def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
+    """Everything GPTQ can refuse, checked before any expensive work: the tokenizer, the
+    calibration text, the memory its statistics take. Returns the token ids."""
+    need = statistics_bytes(export_plan)
+    if need > MAX_STATISTICS_BYTES:
+        raise OptionsError(
+            f"GPTQ's statistics for this model take {need / 2**30:.1f} GiB at once, more "
+            f"than the {MAX_STATISTICS_BYTES / 2**30:.0f} GiB calibration keeps (models up to "
+            f"about 0.4 B parameters for now); use {option('quant_method', 'rtn')} or "
+            f"{option('quant_method', 'search')}"
+        )
+    spec = export_plan.spec
+    return calibration_tokens(model_dir, export_plan.options.calibration, spec.vocab_size)
+
+
 def linear_feedback(
     model_dir: str | Path,
-    text_file: str | None = None,
+    ids: np.ndarray,
     *,
+    bos_token_id: int | None = None,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
 ) -> dict[str, Feedback]:
-    """Weight name (``layers.0.self_attn.q_proj.weight``) -> its input's GPTQ feedback."""
+    """Weight name (``layers.0.self_attn.q_proj.weight``) -> its input's GPTQ feedback,
+    from the calibration tokens ``ids`` (each window starts with ``bos_token_id``)."""
     import onnx
 
     from engine.options import ExportOptions
@@ -114,31 +155,40 @@ def linear_feedback(
 
     cancel = cancel or CancelToken()
     folder = Path(model_dir)
-    with tempfile.TemporaryDirectory(prefix="es-calibrate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="es-calibrate-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         progress(0.0, "calibration: the float model")
-        options = ExportOptions(ep="cpu", dtype="fp32", attention="standard", modalities=("text",))
+        options = ExportOptions(
+            ep="cpu",
+            dtype="fp32",
+            attention="standard",
+            modalities=("text",),
+            max_length=SEQUENCE_LENGTH,
+        )
         result = export(work / "float", model_dir=folder, options=options, cancel=cancel)
-        ids = calibration_tokens(folder, text_file, result.plan.spec.vocab_size)
         model_file = work / "float" / result.plan.decoder.filename
         proto = onnx.load(str(model_file), load_external_data=False)
         inputs = _linear_inputs(proto)
-        sizes = {name: _width(proto, name) for name in set(inputs.values())}
-        need = sum(8 * k * k for k in sizes.values() if k)
-        if need > MAX_STATISTICS_BYTES:
-            raise OptionsError(
-                f"GPTQ's statistics for this model take {need / 2**30:.1f} GiB at once, "
-                f"more than the {MAX_STATISTICS_BYTES / 2**30:.0f} GiB calibration keeps; use "
-                f"{option('quant_method', 'rtn')} for now"
-            )
-        for name in sizes:
+        names = sorted(set(inputs.values()))
+        for name in names:
             proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
         probe = work / "float" / "calibrate.onnx"
         onnx.save(proto, str(probe))
-        sums = _accumulate(probe, ids, sorted(sizes), progress, cancel)
+        sums = _accumulate(probe, _windows(ids, bos_token_id), names, progress, cancel)
     progress(0.9, "calibration: feedback per input")
     feedback = {name: Feedback.from_hessian(h) for name, h in sums.items()}
     return {weight: feedback[value] for weight, value in inputs.items() if value in feedback}
+
+
+def _windows(ids: np.ndarray, bos: int | None) -> list[np.ndarray]:
+    """Prefills of :data:`SEQUENCE_LENGTH` tokens, each starting with BOS where the model
+    has one (what a prompt looks like; Gemma's activations differ a lot without it)."""
+    body = SEQUENCE_LENGTH - (bos is not None)
+    out = []
+    for start in range(0, max(1, len(ids) - body + 1), body):
+        piece = ids[start : start + body]
+        out.append(np.concatenate([[bos], piece]).astype(np.int64) if bos is not None else piece)
+    return out
 
 
 def _linear_inputs(proto: Any) -> dict[str, str]:
@@ -154,46 +204,44 @@ def _linear_inputs(proto: Any) -> dict[str, str]:
     }
 
 
-def _width(proto: Any, activation: str) -> int:
-    """K of the weights that read ``activation`` (their first dim as stored)."""
-    dims = {t.name: tuple(t.dims) for t in proto.graph.initializer if len(t.dims) == 2}
-    for node in proto.graph.node:
-        if node.op_type == "MatMul" and node.input[0] == activation and node.input[1] in dims:
-            return int(dims[node.input[1]][0])
-    return 0
-
-
 def _accumulate(
-    model: Path, ids: np.ndarray, names: list[str], progress: Progress, cancel: CancelToken
+    model: Path,
+    windows: list[np.ndarray],
+    names: list[str],
+    progress: Progress,
+    cancel: CancelToken,
 ) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    inputs = {i.name: i for i in session.get_inputs()}
-    sums: dict[str, np.ndarray] = {}
-    count = max(1, len(ids) // SEQUENCE_LENGTH)
-    for index in range(count):
-        cancel.raise_if_cancelled()
-        seq = ids[index * SEQUENCE_LENGTH : (index + 1) * SEQUENCE_LENGTH]
-        feeds: dict[str, np.ndarray] = {
-            "input_ids": seq[None],
-            "attention_mask": np.ones((1, len(seq)), np.int64),
-        }
-        for name, info in inputs.items():
-            if name.startswith("past_key_values"):
-                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
-        values = session.run(names, feeds)
-        for name, value in zip(names, values, strict=True):
-            x = np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
-            if name in sums:
-                sums[name] += x.T @ x
-            else:
-                sums[name] = x.T @ x
-        progress(0.1 + 0.8 * (index + 1) / count, f"calibration: {index + 1}/{count} sequences")
-    return sums
+    try:
+        inputs = {i.name: i for i in session.get_inputs()}
+        sums: dict[str, np.ndarray] = {}
+        for index, seq in enumerate(windows):
+            cancel.raise_if_cancelled()
+            feeds: dict[str, np.ndarray] = {
+                "input_ids": seq[None],
+                "attention_mask": np.ones((1, len(seq)), np.int64),
+            }
+            for name, info in inputs.items():
+                if name.startswith("past_key_values"):
+                    feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+            for name, value in zip(names, session.run(names, feeds), strict=True):
+                x = np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
+                sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x
+            done = index + 1
+            progress(0.1 + 0.8 * done / len(windows), f"calibration: {done}/{len(windows)}")
+        return sums
+    finally:
+        del session  # before the temp folder goes (Windows cannot delete open files)
 
 
-def describe(feedback: Mapping[str, Feedback]) -> str:
+def describe(feedback: Mapping[str, Feedback], fallbacks: set[str] | None = None) -> str:
     """A note for the export summary."""
     inputs = len({id(f) for f in feedback.values()})
-    return f"GPTQ: {len(feedback)} linears calibrated over {inputs} inputs"
+    note = f"GPTQ: {len(feedback)} linears calibrated over {inputs} inputs"
+    if fallbacks:
+        note += f"; {len(fallbacks)} kept round-to-nearest (width not whole blocks): " + ", ".join(
+            sorted(fallbacks)[:3]
+        )
+    return note

@@ -39,6 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     args = parser.parse_args(argv)
+    from engine.runtime.plugins import drop_adapter_notices
+
+    drop_adapter_notices()  # a command's stderr is the user's to read
     with InterruptOnSignals() as signals:
         args.cancel = signals.cancel  # long commands pass it on: work stops at its next check
         try:

@@ -20,7 +20,7 @@ OptionPhrase = Callable[[str, "str | None"], str]
 ``model``, ``preset``, ``output``, ``overwrite``, ``random_weights``, ``runtime``,
 ``new_tokens``, ``prompt_len``) and an optional value into the words one face uses."""
 
-_OPTION = re.compile(r"\{opt:([a-z_]+)(?:=([^{}]*))?\}")
+_OPTION = re.compile(r"\{opt:([a-z][a-z0-9_]*)(?:=([^{}]*))?\}")
 
 
 def option(key: str, value: object = None) -> str:

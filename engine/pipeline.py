@@ -146,10 +146,6 @@ def export(
     factory = TensorFactory(export_plan, source, cancel, feedback=feedback)
     built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
     notes: list[str] = [*ready.notes, *tokenizer_notes]
-    if feedback is not None:
-        from engine.calibration import describe
-
-        notes.append(describe(feedback))
     for session in built:
         notes += [
             f"{session.name}: {family}: {count} rewrites"
@@ -192,6 +188,10 @@ def export(
         for name, data in processors.items():
             write_json(staging / name, data)
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
+        if feedback is not None:
+            from engine.calibration import describe
+
+            notes.append(describe(feedback, factory.gptq_fallbacks))
         tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
         package_files = [*folder_files(staging), MANIFEST]
@@ -274,17 +274,19 @@ def _calibrate(
     cancel: CancelToken,
 ) -> dict[str, Any]:
     """GPTQ's statistics from the checkpoint's float model on calibration text."""
-    from engine.calibration import linear_feedback
+    from engine.calibration import linear_feedback, prepare
 
     if model_dir is None or export_plan.options.random_weights:
         raise OptionsError(
             f"{option('quant_method', 'gptq')} calibrates on the checkpoint's own weights; "
             f"random weights have none: use {option('quant_method', 'rtn')}"
         )
+    ids = prepare(Path(model_dir), export_plan)
     progress(0.02, "calibrating (GPTQ)")
     return linear_feedback(
         Path(model_dir),
-        export_plan.options.calibration,
+        ids,
+        bos_token_id=export_plan.spec.bos_token_id,
         progress=lambda f, m: progress(0.02 + 0.01 * f, m),
         cancel=cancel,
     )

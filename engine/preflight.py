@@ -119,15 +119,19 @@ def check_buffer_limit(export_plan: ExportPlan) -> None:
 def check_keep_float(export_plan: ExportPlan) -> None:
     """Refuse a ``keep_float`` or ``keep_int8`` pattern that names no weight (a typo would
     change nothing)."""
-    names = [wp.name for session in export_plan.sessions for wp in session.weights]
+    weights = [wp for session in export_plan.sessions for wp in session.weights]
+    names = [wp.name for wp in weights]
+    # keep_int8 acts on weights that are quantized and hold their own bytes (not a tied
+    # head that reads the table's, not a norm).
+    quantized = [wp.name for wp in weights if wp.quantized and not wp.shares]
     options = export_plan.options
-    flags = [(option("keep_float", p), p) for p in options.keep_float]
-    flags += [(option("keep_int8", p), p) for p in options.keep_int8]
-    for flag, pattern in flags:
-        if not any(fnmatchcase(name, pattern) for name in names):
-            examples = [n for n in names if n.endswith("proj.weight")][:2] or names[:2]
+    flags = [(option("keep_float", p), p, names, "weight") for p in options.keep_float]
+    flags += [(option("keep_int8", p), p, quantized, "quantized weight") for p in options.keep_int8]
+    for flag, pattern, pool, what in flags:
+        if not any(fnmatchcase(name, pattern) for name in pool):
+            examples = [n for n in pool if n.endswith("proj.weight")][:2] or pool[:2]
             raise OptionsError(
-                f"{flag} matches no weight of this model; names look "
+                f"{flag} matches no {what} of this model; names look "
                 f"like {', '.join(examples)} ('*' matches any characters, dots included)"
             )
 

@@ -220,7 +220,8 @@ class TargetPanel(QGroupBox):
         self.force.setChecked(options.force)
         self.keep_float.setText(", ".join(options.keep_float))
         self.keep_float.setEnabled(quantized)
-        self.keep_int8.setText(", ".join(options.keep_int8))
+        if quantized:  # without quantization the patterns wait, as typed, for it to return
+            self.keep_int8.setText(", ".join(options.keep_int8))
         self.keep_int8.setEnabled(quantized)
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))

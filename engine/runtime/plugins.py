@@ -157,26 +157,49 @@ ADAPTER_NOTICE = re.compile(
 """What Dawn prints on fd 2 when it makes its device (twice per process, on a GPU too):
 a note about its own limits, nothing a user can act on."""
 
+_filter = {"enabled": False, "depth": 0}
+_filter_lock = threading.Lock()
+
+
+def drop_adapter_notices(enabled: bool = True) -> None:
+    """Let :func:`adapter_notices_dropped` filter (the CLI turns it on; a process that
+    shares fd 2 between threads or with children it starts, like the studio, leaves it
+    off: there Dawn's lines only reach a console nobody reads)."""
+    _filter["enabled"] = enabled
+
 
 @contextlib.contextmanager
 def adapter_notices_dropped() -> Iterator[None]:
-    """Inside: fd 2 goes through a filter that drops Dawn's ADAPTER_NOTICE lines and passes
-    every other line on, in order, when the block ends (onnxruntime's own messages, a
-    crash report). Used around the first session of a plugin EP, where Dawn makes its
-    device; Python's ``sys.stderr`` is flushed first so nothing is reordered."""
+    """Inside (when :func:`drop_adapter_notices` enabled it): fd 2 goes through a filter
+    that drops Dawn's ADAPTER_NOTICE lines and passes every other line on as it comes
+    (onnxruntime's messages, a crash report). Used around each plugin session's creation,
+    where Dawn makes its device. Nested or concurrent uses redirect once; a child started
+    inside that keeps the pipe open keeps being forwarded until it closes it."""
+    with _filter_lock:
+        outermost = _filter["enabled"] and _filter["depth"] == 0
+        _filter["depth"] += 1
+    if not outermost:
+        try:
+            yield
+        finally:
+            with _filter_lock:
+                _filter["depth"] -= 1
+        return
     try:
         original = os.dup(2)
     except OSError:  # no fd 2 (a windowed process): nothing to filter
-        yield
+        original = -1
+    if original < 0:
+        try:
+            yield
+        finally:
+            with _filter_lock:
+                _filter["depth"] -= 1
         return
     read_end, write_end = os.pipe()
-    captured: list[bytes] = []
-
-    def drain() -> None:
-        with os.fdopen(read_end, "rb") as pipe:
-            captured.append(pipe.read())
-
-    reader = threading.Thread(target=drain, name="dawn-notices", daemon=True)
+    reader = threading.Thread(
+        target=_forward, args=(read_end, original), name="dawn-notices", daemon=True
+    )
     reader.start()
     with contextlib.suppress(Exception):
         sys.stderr.flush()
@@ -187,13 +210,23 @@ def adapter_notices_dropped() -> Iterator[None]:
     finally:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        os.dup2(original, 2)  # the pipe's last writer closes: the reader sees its end
-        reader.join(timeout=5)
-        kept = [
-            line
-            for line in b"".join(captured).splitlines(keepends=True)
-            if not ADAPTER_NOTICE.match(line.rstrip(b"\n"))
-        ]
-        if kept:
-            os.write(original, b"".join(kept))
-        os.close(original)
+        os.dup2(original, 2)  # the pipe's last writer here closes: the reader sees its end
+        reader.join(timeout=2)  # a child may still hold the pipe: the reader goes on
+        with _filter_lock:
+            _filter["depth"] -= 1
+
+
+def _forward(read_end: int, target: int) -> None:
+    """Copy lines from the pipe to ``target`` as they come, minus Dawn's notices; close
+    both at the pipe's end."""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        pending = b""
+        while chunk := pipe.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            kept = [line + b"\n" for line in lines if not ADAPTER_NOTICE.match(line)]
+            if kept:
+                os.write(target, b"".join(kept))
+        if pending and not ADAPTER_NOTICE.match(pending):
+            os.write(target, pending)
+    os.close(target)

@@ -109,6 +109,8 @@ class TensorFactory:
         self.cancel = cancel or CancelToken()
         self.on_produced = on_produced
         self.feedback = feedback or {}
+        self.gptq_fallbacks: set[str] = set()
+        """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
         """An initializer whose bytes are produced only when written."""
@@ -256,7 +258,10 @@ class TensorFactory:
             return None
         name = (weight.weight.parts or (weight.weight,))[0].name
         found = self.feedback.get(name)
-        if found is None or cols % weight.block_size or found.factor.shape[0] != cols:
+        if found is None:
+            return None
+        if cols % weight.block_size or found.factor.shape[0] != cols:
+            self.gptq_fallbacks.add(weight.name)
             return None
         return found
 

@@ -218,6 +218,8 @@ def test_a_limit_the_user_chose_can_be_forced_and_weights_kept_in_float(qtbot, w
     assert "--keep-int8 'layers.1.*'" in line, line
     _choose(panel.weight_bits, None)  # nothing quantized: the 8-bit patterns do not apply
     assert window.state.options.keep_int8 == () and not panel.keep_int8.isEnabled()
+    _choose(panel.weight_bits, 4)  # ... and come back, as typed, with quantization
+    assert window.state.options.keep_int8 == ("layers.1.*",) and panel.keep_int8.isEnabled()
     _choose(panel.limit_mode, "default")
     assert not window.state.options.force and not panel.force.isEnabled()
 

@@ -495,12 +495,13 @@ def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
     assert len(genai_greedy(out, PROMPT, 8)) == 8
     with pytest.raises(OptionsError, match="nothing is quantized"):
         ExportOptions(keep_int8=("layers.0.*",)).resolve()
-    with pytest.raises(OptionsError, match="matches no weight"):
-        export(
-            tmp_path / "typo",
-            model_dir=model_dir,
-            options=replace_options(options, keep_int8=("layers.99.*",)),
-        )
+    for pattern in ("layers.99.*", "layers.0.input_layernorm.weight"):  # a typo, a norm
+        with pytest.raises(OptionsError, match="matches no quantized weight"):
+            export(
+                tmp_path / "typo",
+                model_dir=model_dir,
+                options=replace_options(options, keep_int8=(pattern,)),
+            )
     assert not (tmp_path / "typo").exists()
 
 

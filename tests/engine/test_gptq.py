@@ -180,3 +180,19 @@ def test_fused_projections_of_the_webgpu_lowering_are_calibrated_too(qwen2, tmp_
     gptq_codes, rtn_codes = fused_codes(tmp_path / "pkg"), fused_codes(tmp_path / "rtn")
     assert gptq_codes and gptq_codes.keys() == rtn_codes.keys()
     assert all(not np.array_equal(gptq_codes[k], rtn_codes[k]) for k in gptq_codes)
+
+
+def test_what_gptq_cannot_do_is_refused_before_the_float_export(tmp_path: Path):
+    """A model whose statistics would not fit is refused from its plan, in one line (no
+    float model is exported first); calibration windows start with BOS."""
+    from engine.calibration import MAX_STATISTICS_BYTES, _windows, prepare, statistics_bytes
+    from engine.plan import plan
+    from engine.presets import load_preset
+
+    options = ExportOptions(weight_bits=4, quant_method="gptq")
+    big = plan(load_preset("gemma3-1b"), options)
+    assert statistics_bytes(big) > MAX_STATISTICS_BYTES
+    with pytest.raises(OptionsError, match="GiB at once"):
+        prepare(tmp_path, big)  # no checkpoint there: the size is checked first
+    windows = _windows(np.arange(10, 1000), bos=2)
+    assert all(w[0] == 2 and len(w) == 256 for w in windows) and len(windows) == 3

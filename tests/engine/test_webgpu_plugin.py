@@ -151,7 +151,8 @@ def test_the_notice_filter_drops_only_dawns_notices(tmp_path: Path):
     """Everything else written to fd 2 inside the filter comes out, in order, after it."""
     script = (
         "import os, sys\n"
-        "from engine.runtime.plugins import adapter_notices_dropped\n"
+        "from engine.runtime.plugins import adapter_notices_dropped, drop_adapter_notices\n"
+        "drop_adapter_notices()\n"
         "with adapter_notices_dropped():\n"
         "    os.write(2, b'first line\\n')\n"
         "    os.write(2, b'Warning: maxDynamicUniformBuffersPerPipelineLayout artificially "
@@ -169,3 +170,32 @@ def test_the_notice_filter_drops_only_dawns_notices(tmp_path: Path):
         "Warning: something else",
         "after",
     ]
+
+
+def test_the_notice_filter_is_safe_under_threads_and_off_outside_the_cli():
+    """Two threads inside the filter at once lose no line and leave fd 2 working; without
+    drop_adapter_notices() (the studio) nothing is redirected at all."""
+    script = (
+        "import os, sys, threading\n"
+        "from engine.runtime.plugins import adapter_notices_dropped, drop_adapter_notices\n"
+        "with adapter_notices_dropped():\n"
+        "    os.write(2, b'Warning: maxA artificially reduced from 1 to 2 to fit dynamic "
+        "offset allocation limit.\\n')\n"
+        "drop_adapter_notices()\n"
+        "def work(i):\n"
+        "    with adapter_notices_dropped():\n"
+        "        for j in range(50):\n"
+        "            os.write(2, f'thread {i} line {j}\\n'.encode())\n"
+        "threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "os.write(2, b'still here\\n')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("Warning: maxA")  # the filter was off: passed through
+    assert sorted(lines[1:-1]) == sorted(
+        f"thread {i} line {j}" for i in range(2) for j in range(50)
+    )
+    assert lines[-1] == "still here"
