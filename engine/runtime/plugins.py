@@ -178,23 +178,20 @@ def adapter_notices_dropped() -> Iterator[None]:
     with _filter_lock:
         outermost = _filter["enabled"] and _filter["depth"] == 0
         _filter["depth"] += 1
-    if not outermost:
-        try:
+    try:
+        with _filtered_stderr() if outermost else contextlib.nullcontext():
             yield
-        finally:
-            with _filter_lock:
-                _filter["depth"] -= 1
-        return
+    finally:
+        with _filter_lock:
+            _filter["depth"] -= 1
+
+
+@contextlib.contextmanager
+def _filtered_stderr() -> Iterator[None]:
     try:
         original = os.dup(2)
     except OSError:  # no fd 2 (a windowed process): nothing to filter
-        original = -1
-    if original < 0:
-        try:
-            yield
-        finally:
-            with _filter_lock:
-                _filter["depth"] -= 1
+        yield
         return
     read_end, write_end = os.pipe()
     reader = threading.Thread(
@@ -212,8 +209,6 @@ def adapter_notices_dropped() -> Iterator[None]:
             sys.stderr.flush()
         os.dup2(original, 2)  # the pipe's last writer here closes: the reader sees its end
         reader.join(timeout=2)  # a child may still hold the pipe: the reader goes on
-        with _filter_lock:
-            _filter["depth"] -= 1
 
 
 def _forward(read_end: int, target: int) -> None:
