@@ -59,6 +59,15 @@ def ep_constraints(caps: EpCapabilities) -> Constraints:
     return Constraints(disabled)
 
 
+def source_constraints(is_preset: bool) -> Constraints:
+    """What the model source rules out: GPTQ calibrates on a checkpoint's own weights,
+    which a preset (architecture only) does not have."""
+    if not is_preset:
+        return Constraints()
+    reason = "GPTQ calibrates on a checkpoint's own weights; a preset has none"
+    return Constraints({"quant_method": {"gptq": reason}})
+
+
 def model_constraints(spec: ModelSpec, options: ExportOptions) -> Constraints:
     """What the model itself rules out, with the engine's reason: the inputs (towers) it does
     not have, and the block sizes its dimensions do not allow."""
@@ -146,11 +155,20 @@ def fit_options(
     """``options`` moved onto allowed values; returns them and a note per change."""
     notes: list[str] = []
     changes: dict[str, Any] = {}
-    for key in ("graph_capture", "weight_bits", "embedding_bits", "attention", "modalities"):
+    for key in (
+        "graph_capture",
+        "weight_bits",
+        "embedding_bits",
+        "attention",
+        "modalities",
+        "quant_method",
+    ):
         value = getattr(options, key)
         reason = constraints.reason(key, value)
         if reason:
-            fallback = {"graph_capture": "auto", "attention": "auto"}.get(key)
+            fallback = {"graph_capture": "auto", "attention": "auto", "quant_method": "rtn"}.get(
+                key
+            )
             changes[key] = fallback
             shown = CONTROLS[key].choice_text(fallback) or fallback or "float"
             notes.append(f"{_label(key, value)} is not available ({reason}): set to {shown}")

@@ -13,7 +13,13 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.choices import Constraints, default_output, ep_constraints, fit_options
+from app.choices import (
+    Constraints,
+    default_output,
+    ep_constraints,
+    fit_options,
+    source_constraints,
+)
 from app.source import DEFAULT_PRESET, ModelSource
 from app.wording import CONTROLS, error_text
 from engine.caps import get_caps
@@ -74,14 +80,19 @@ class StudioState(QObject):
         self.adjustment = ""
         self._ep_constraints = ep_constraints(get_caps(self.options.ep))
         self._model_constraints = Constraints()
-        self.constraints = self._ep_constraints
+        self._source_constraints = source_constraints(self.source.is_preset)
+        self.constraints = self._ep_constraints.merged(self._source_constraints)
         self._follow_output()
 
     def set_source(self, source: ModelSource) -> None:
         if source != self.source:
             self.source = source
             self._model_constraints = Constraints()
+            self._source_constraints = source_constraints(source.is_preset)
             self._set_constraints()
+            fitted, notes = fit_options(self.options, self.constraints)
+            if notes:  # GPTQ chosen for a folder, then a preset: back to round to nearest
+                self._apply(fitted, notes)
             self.set_source_problem(source_problem(source))
             self.sourceChanged.emit(source)
             self._follow_output()
@@ -112,7 +123,9 @@ class StudioState(QObject):
             self._apply(fitted, notes)
 
     def _set_constraints(self) -> None:
-        constraints = self._ep_constraints.merged(self._model_constraints)
+        constraints = self._ep_constraints.merged(self._model_constraints).merged(
+            self._source_constraints
+        )
         if constraints != self.constraints:
             self.constraints = constraints
             self.constraintsChanged.emit(constraints)

@@ -241,6 +241,7 @@ class TargetPanel(QGroupBox):
             ("embedding_block_size", self.embedding_block_size),
             ("attention", self.attention),
             ("modalities", self.modalities),
+            ("quant_method", self.quant_method),
         ):
             model = widget.model()
             assert isinstance(model, QStandardItemModel)
