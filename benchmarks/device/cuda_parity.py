@@ -17,7 +17,6 @@ At toy size on the CPU EP here: ``--preset gemma4-tiny --device cpu --ep cpu``.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -25,8 +24,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from families_gpu import cuda_env
 from stage_report import Report
-from webgpu_runtimes import HERE, REPO, child, compare, reference
+from webgpu_runtimes import child, compare, export_text, random_checkpoint, reference
 
 RUN = """
 import json, sys
@@ -53,16 +53,6 @@ print(json.dumps({"provider": runner.provider, "free_tokens_equal": same,
 """
 
 
-def cuda_env(site: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PYTHONPATH"] = os.pathsep.join([site, str(REPO)]) if site else str(REPO)
-    libs = glob.glob(
-        str(Path(sys.prefix) / "lib" / "python3*" / "*-packages" / "nvidia" / "*" / "lib")
-    )
-    env["LD_LIBRARY_PATH"] = ":".join([*libs, os.environ.get("LD_LIBRARY_PATH", "")])
-    return env
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cuda-site", default="/tmp/site_cuda")
@@ -85,47 +75,13 @@ def main() -> None:
     path = Path(args.json_out or Path(os.environ.get("OUT", ".")) / "cuda_parity.json")
     report = Report(path, args.budget_s, "cuda_parity")
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    checkpoint = work / "checkpoint"
-    made = child(
-        [
-            sys.executable,
-            str(HERE / "side_by_side_stages.py"),
-            "checkpoint",
-            str(checkpoint),
-            "--preset",
-            args.preset,
-            "--device",
-            args.device,
-        ],
-        min(300, report.remaining()),
-    )
-    report.stage("checkpoint", made)
-    if made.get("rc") != 0:
+    checkpoint = random_checkpoint(report, work, args.preset, args.device)
+    if checkpoint is None:
         return
     packages: dict[str, Path] = {}
     for dtype in args.dtypes.split(","):
         package = work / dtype
-        built = child(
-            [
-                sys.executable,
-                "-m",
-                "engine",
-                "build",
-                "--model",
-                str(checkpoint),
-                "--ep",
-                args.ep,
-                "--dtype",
-                dtype,
-                "--modalities",
-                "text",
-                "--quiet",
-                str(package),
-            ],
-            min(400, report.remaining()),
-        )
+        built = export_text(checkpoint, package, args.ep, dtype, min(400, report.remaining()))
         report.stage(f"export_{dtype}", built)
         if built.get("rc") == 0:
             packages[dtype] = package

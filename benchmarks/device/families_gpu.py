@@ -74,9 +74,11 @@ def _cuda_graph_check(package: Path, timeout: float, env: dict[str, str]) -> dic
     }
 
 
-def _env(site: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = f"{site}:{REPO}"
+def cuda_env(site: str) -> dict[str, str]:
+    """The environment of a child that runs onnxruntime-gpu from ``site`` (put first on
+    PYTHONPATH; empty: this interpreter's own onnxruntime) with the image's CUDA libraries."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join([site, str(REPO)]) if site else str(REPO)
     env["PYTHONUNBUFFERED"] = "1"
     libs = glob.glob(
         str(Path(sys.prefix) / "lib" / "python3*" / "*-packages" / "nvidia" / "*" / "lib")
@@ -105,7 +107,7 @@ def main() -> None:
         "print(json.dumps([o.__version__, o.get_available_providers(), g.__version__]))"
     )
     for ep in args.eps.split(","):
-        report.stage(f"probe_{ep}", _run([sys.executable, "-c", probe], 60, _env(sites[ep])))
+        report.stage(f"probe_{ep}", _run([sys.executable, "-c", probe], 60, cuda_env(sites[ep])))
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     bench_flags = [
@@ -119,7 +121,7 @@ def main() -> None:
     ]
     for preset in args.presets.split(","):
         for ep in args.eps.split(","):
-            env = _env(sites[ep])
+            env = cuda_env(sites[ep])
             for variant in args.variants.split(","):
                 name = f"{preset}/{ep}/{variant}"
                 package = work / f"{preset}-{ep}-{variant}"

@@ -12,44 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 from stage_report import Report
-from webgpu_runtimes import HERE, child, compare
-
-
-def rows(checkpoint: Path, dtype: str, prompt: list[int], tokens: list[int] | None, steps: int):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = (
-        AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=getattr(torch, dtype), attn_implementation="eager"
-        )
-        .to("cuda")
-        .eval()
-    )
-    out, chosen = [], []
-    with torch.no_grad():
-        result = model(torch.tensor([prompt], device="cuda"), use_cache=True)
-        for i in range(steps + 1):
-            row = result.logits[0, -1].float()
-            out.append(row.cpu().numpy())
-            chosen.append(int(row.argmax()))
-            if i == steps:
-                break
-            feed = tokens[i] if tokens is not None else chosen[-1]
-            result = model(
-                torch.tensor([[feed]], device="cuda"),
-                past_key_values=result.past_key_values,
-                use_cache=True,
-            )
-    del model
-    torch.cuda.empty_cache()
-    return np.stack(out), chosen
+from webgpu_runtimes import compare, random_checkpoint, transformers_rows
 
 
 def main() -> None:
@@ -64,25 +31,14 @@ def main() -> None:
         Path(os.environ.get("OUT", ".")) / "hf_precision.json", args.budget_s, "hf_precision"
     )
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    checkpoint = work / "checkpoint"
-    made = child(
-        [
-            sys.executable,
-            str(HERE / "side_by_side_stages.py"),
-            "checkpoint",
-            str(checkpoint),
-            "--preset",
-            args.preset,
-        ],
-        min(300, report.remaining()),
-    )
-    report.stage("checkpoint", made)
+    checkpoint = random_checkpoint(report, work, args.preset, "cuda")
+    if checkpoint is None:
+        return
     prompt = np.random.default_rng(0).integers(4, 262144, args.prompt_len).tolist()
-    ref, tokens = rows(checkpoint, "float32", prompt, None, args.steps)
+    ref, tokens = transformers_rows(checkpoint, prompt, args.steps)
     report.stage("float32", {"tokens": tokens})
     for dtype in ("float16", "bfloat16"):
-        got, _ = rows(checkpoint, dtype, prompt, tokens, args.steps)
+        got, _ = transformers_rows(checkpoint, prompt, args.steps, dtype=dtype, forced=tokens)
         result = compare(got, ref)
         result["nan_or_inf"] = bool(~np.isfinite(got).all())
         report.stage(dtype, result)

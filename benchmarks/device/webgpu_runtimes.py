@@ -58,6 +58,29 @@ def child(
     return result
 
 
+def random_checkpoint(report: Report, work: Path, preset: str, device: str) -> Path | None:
+    """A fresh ``work`` folder with a random full-size checkpoint of ``preset`` in it
+    (``side_by_side_stages.py checkpoint``), recorded as the report's ``checkpoint`` stage;
+    None when it could not be made."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    checkpoint = work / "checkpoint"
+    stage = [sys.executable, str(HERE / "side_by_side_stages.py"), "checkpoint"]
+    made = child(
+        [*stage, str(checkpoint), "--preset", preset, "--device", device],
+        min(300, report.remaining()),
+    )
+    report.stage("checkpoint", made)
+    return checkpoint if made.get("rc") == 0 else None
+
+
+def export_text(checkpoint: Path, package: Path, ep: str, dtype: str, timeout: float) -> dict:
+    """``python -m engine build`` of the checkpoint's text decoder, as a stage."""
+    build = [sys.executable, "-m", "engine", "build", "--model", str(checkpoint)]
+    flags = ["--ep", ep, "--dtype", dtype, "--modalities", "text", "--quiet"]
+    return child([*build, *flags, str(package)], timeout)
+
+
 def runtime_env(spec: str) -> tuple[str, list[str], dict[str, str]]:
     """``NAME=PATH``: the interpreter and environment that run the package."""
     name, _, path = spec.partition("=")
@@ -69,32 +92,53 @@ def runtime_env(spec: str) -> tuple[str, list[str], dict[str, str]]:
     return name, [sys.executable], env
 
 
-def reference(args: argparse.Namespace, checkpoint: Path, out: Path) -> dict[str, Any]:
-    """transformers fp32: greedy tokens and the last logits row per step (prompt first)."""
+def transformers_rows(
+    checkpoint: Path,
+    prompt: list[int],
+    steps: int,
+    *,
+    dtype: str = "float32",
+    device: str = "cuda",
+    forced: list[int] | None = None,
+) -> tuple[np.ndarray, list[int]]:
+    """transformers' last logits row per step (prompt first, ``steps + 1`` rows) and its
+    greedy tokens; ``forced`` feeds those tokens instead of its own (teacher forcing).
+    Eager attention, TF32 off."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     model = AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=torch.float32, attn_implementation="eager"
-    ).to(args.device)
+        checkpoint, dtype=getattr(torch, dtype), attn_implementation="eager"
+    ).to(device)
     model.eval()
-    vocab = model.config.get_text_config().vocab_size
-    prompt = np.random.default_rng(args.seed).integers(4, vocab, args.prompt_len).tolist()
-    ids = torch.tensor([prompt], device=args.device)
     rows, tokens = [], []
     with torch.no_grad():
-        result = model(ids, use_cache=True)
-        for _ in range(args.steps + 1):
+        result = model(torch.tensor([prompt], device=device), use_cache=True)
+        for i in range(steps + 1):
             row = result.logits[0, -1].float()
             rows.append(row.cpu().numpy())
             tokens.append(int(row.argmax()))
-            if len(tokens) > args.steps:
+            if i == steps:
                 break
-            step = torch.tensor([[tokens[-1]]], device=args.device)
+            feed = forced[i] if forced is not None else tokens[-1]
+            step = torch.tensor([[feed]], device=device)
             result = model(step, past_key_values=result.past_key_values, use_cache=True)
-    np.save(out, np.stack(rows))
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return np.stack(rows), tokens
+
+
+def reference(args: argparse.Namespace, checkpoint: Path, out: Path) -> dict[str, Any]:
+    """transformers fp32 from a seeded random prompt: its greedy tokens, the rows saved."""
+    import transformers
+
+    vocab = transformers.AutoConfig.from_pretrained(checkpoint).get_text_config().vocab_size
+    prompt = np.random.default_rng(args.seed).integers(4, vocab, args.prompt_len).tolist()
+    rows, tokens = transformers_rows(checkpoint, prompt, args.steps, device=args.device)
+    np.save(out, rows)
     return {
         "prompt": prompt,
         "tokens": tokens,
@@ -131,44 +175,10 @@ def main() -> None:
     path = Path(args.json_out) if args.json_out else out_dir / "webgpu_runtimes.json"
     report = Report(path, args.budget_s, "webgpu_runtimes")
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    checkpoint, package = work / "checkpoint", work / "fp32"
-    made = child(
-        [
-            sys.executable,
-            str(HERE / "side_by_side_stages.py"),
-            "checkpoint",
-            str(checkpoint),
-            "--preset",
-            args.preset,
-            "--device",
-            args.device,
-        ],
-        min(300, report.remaining()),
-    )
-    report.stage("checkpoint", made)
-    if made.get("rc") != 0:
+    checkpoint, package = random_checkpoint(report, work, args.preset, args.device), work / "fp32"
+    if checkpoint is None:
         return
-    built = child(
-        [
-            sys.executable,
-            "-m",
-            "engine",
-            "build",
-            "--model",
-            str(checkpoint),
-            "--ep",
-            "webgpu",
-            "--dtype",
-            "fp32",
-            "--modalities",
-            "text",
-            "--quiet",
-            str(package),
-        ],
-        min(400, report.remaining()),
-    )
+    built = export_text(checkpoint, package, "webgpu", "fp32", min(400, report.remaining()))
     built["package_bytes"] = sum(f.stat().st_size for f in package.glob("*") if f.is_file())
     report.stage("export_fp32", built)
     if built.get("rc") != 0:

@@ -61,6 +61,18 @@ class Family:
     """Checkpoint keys an export may leave unread (towers not exported, unused tensors)."""
 
 
+_ROPE_BUFFERS = (".rotary_emb.inv_freq",)
+"""Buffers older checkpoints saved that the export computes instead."""
+
+
+def decoder_ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
+    """Keys a text decoder's export leaves unread: the LM head of a tied checkpoint, and
+    RoPE buffers some checkpoints carry."""
+    if spec.tie_word_embeddings and key == "lm_head.weight":
+        return True
+    return key.endswith(_ROPE_BUFFERS)
+
+
 def text_decoder_session(
     spec: ModelSpec, options: ExportOptions, decoder: Module, refusal: str
 ) -> tuple[Session, ...]:

@@ -32,13 +32,11 @@ def built_in() -> bool:
 
 
 def available_providers() -> list[str]:
-    """onnxruntime's providers plus the WebGPU plugin when it offers a device here."""
-    providers = list(ort.get_available_providers())
-    if WEBGPU not in providers:
-        plugin = _plugin()
-        if plugin is not None and plugin.devices:
-            providers.insert(0, WEBGPU)
-    return providers
+    """onnxruntime's providers plus the WebGPU plugin when it offers a device here (the
+    engine's own list)."""
+    from engine.runtime.session import available_providers as engine_providers
+
+    return engine_providers()
 
 
 def runtime() -> dict[str, Any]:

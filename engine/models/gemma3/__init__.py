@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.graph.modules import Param
-from engine.models.family import Family, Session, text_decoder_session
+from engine.models.family import Family, Session, decoder_ignorable, text_decoder_session
 from engine.models.gemma3.config import MODEL_TYPES, NORM_OFFSET, read_spec
 from engine.models.gemma4.text import TextDecoder
 from engine.options import ExportOptions
@@ -40,10 +40,9 @@ _UNUSED = ("vision_tower.", "multi_modal_projector.")
 
 
 def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
-    """The tied LM head, RoPE buffers, and a multimodal checkpoint's vision tower."""
-    if spec.tie_word_embeddings and key == "lm_head.weight":
-        return True
-    return key.endswith(".rotary_emb.inv_freq") or key.startswith(_UNUSED)
+    """A text decoder's (:func:`decoder_ignorable`), and a multimodal checkpoint's vision
+    tower."""
+    return decoder_ignorable(spec, options, key) or key.startswith(_UNUSED)
 
 
 FAMILY = Family(

@@ -4,7 +4,7 @@ layer shape, text only, as one family record (their differences are data: :mod:`
 from __future__ import annotations
 
 from engine.models.decoder import CausalDecoder
-from engine.models.family import Family, Session, text_decoder_session
+from engine.models.family import Family, Session, decoder_ignorable, text_decoder_session
 from engine.models.llama.config import MODEL_TYPES, read_spec
 from engine.options import ExportOptions
 from engine.spec import ModelSpec
@@ -17,21 +17,10 @@ def sessions(spec: ModelSpec, options: ExportOptions, max_length: int) -> tuple[
     return text_decoder_session(spec, options, decoder, refusal)
 
 
-_UNUSED_SUFFIXES = (".rotary_emb.inv_freq",)
-"""Buffers older checkpoints saved that the export computes instead."""
-
-
-def ignorable(spec: ModelSpec, options: ExportOptions, key: str) -> bool:
-    """The LM head of a tied checkpoint, and RoPE buffers some checkpoints carry."""
-    if spec.tie_word_embeddings and key == "lm_head.weight":
-        return True
-    return key.endswith(_UNUSED_SUFFIXES)
-
-
 FAMILY = Family(
     name="llama",
     model_types=MODEL_TYPES,
     read_spec=read_spec,
     sessions=sessions,
-    ignorable=ignorable,
+    ignorable=decoder_ignorable,
 )
