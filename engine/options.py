@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Literal, get_args
 
 from engine.caps import EpCapabilities, get_caps
 from engine.errors import OptionsError, option
@@ -105,7 +105,7 @@ class ExportOptions:
                 continue
             if size < 16 or size > 256 or size & (size - 1):
                 raise OptionsError(f"{label} must be a power of two from 16 to 256, got {size}")
-        if self.quant_method not in ("rtn", "search", "gptq"):
+        if self.quant_method not in get_args(QuantMethod):
             raise OptionsError(
                 f"unknown quantization method {self.quant_method!r}; use rtn, search or gptq"
             )

@@ -70,21 +70,18 @@ class StaticTensors:
         return np.ascontiguousarray(array)
 
     def _allocate(self, arrays: Mapping[str, np.ndarray]) -> None:
-        import onnxruntime as ort
 
         missing = set(self.specs) - set(arrays)
         if missing:
             raise ValueError(f"first write must set every tensor; missing {sorted(missing)}")
-        try:
-            self.values = {
-                name: ort.OrtValue.ortvalue_from_numpy(
-                    self._checked(name, arrays[name]).copy(), self.device, 0
-                )
-                for name in self.specs
-            }
+        made = {
+            name: device_value(self._checked(name, arrays[name]).copy(), self.device)
+            for name in self.specs
+        }
+        if all(value is not None for value in made.values()):
+            self.values = made
             return
-        except (RuntimeError, ValueError, TypeError):
-            self.values = {}  # this package cannot allocate on the device: upload instead
+        self.values = {}  # this onnxruntime cannot allocate on the device: upload instead
         self._uploader = identity_session(self.specs, self.provider)
         self._binding = self._uploader.io_binding()
         for name in self.specs:
@@ -94,6 +91,17 @@ class StaticTensors:
         self.values = dict(zip(self.specs, self._binding.get_outputs(), strict=True))
         for name, value in self.values.items():
             self._binding.bind_ortvalue_output(name + "_out", value)
+
+
+def device_value(array: np.ndarray, device: str) -> Any:
+    """``array`` as an OrtValue on ``device``, or None where this onnxruntime cannot make
+    device buffers from numpy (onnxruntime-webgpu 1.27: an upload session does it then)."""
+    import onnxruntime as ort
+
+    try:
+        return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+    except (RuntimeError, ValueError, TypeError):
+        return None
 
 
 def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], provider: str) -> Any:

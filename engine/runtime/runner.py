@@ -27,7 +27,7 @@ import numpy as np
 
 from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
 from engine.progress import CancelToken
-from engine.runtime.device_io import StaticTensors
+from engine.runtime.device_io import StaticTensors, device_value
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
@@ -370,15 +370,10 @@ class Runner:
         decode run: the WebGPU plugin refuses to capture into an output the run allocates.
         None where this onnxruntime cannot make device buffers from numpy (onnxruntime-webgpu
         1.27): the first decode run's own buffer is pinned instead."""
-        import onnxruntime as ort
-
         io = self.package.io
         kind = next(o.type for o in self.handle.session.get_outputs() if o.name == io.logits)
         zeros = np.zeros((1, 1, self.package.vocab_size), dtype=_FLOATS[kind])
-        try:
-            return ort.OrtValue.ortvalue_from_numpy(zeros, self.handle.device, 0)
-        except (RuntimeError, ValueError, TypeError):
-            return None
+        return device_value(zeros, self.handle.device)
 
     def _bind_kv(self, binding: Any) -> None:
         assert self._kv is not None

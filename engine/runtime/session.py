@@ -53,11 +53,9 @@ def _built_in_providers() -> list[str]:
 def available_providers() -> list[str]:
     """Providers this onnxruntime offers, built in or as a plugin with a device here
     (:mod:`engine.runtime.plugins`); empty when onnxruntime is missing."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
+    built_in = _built_in_providers()
+    if not built_in:  # onnxruntime always offers the CPU: it is missing
         return []
-    built_in = list(ort.get_available_providers())
     return [*built_in, *(p for p in plugin_providers() if p not in built_in)]
 
 
