@@ -44,16 +44,46 @@ class RopeTable:
     rope: RopeSpec
     head_dim: int
     part: Literal["cos", "sin"]
+    long_from: int | None = None
+    """longrope over a cache that outgrows the original length: rows from ``long_from``
+    on hold the positions 0, 1, ... again with ``long_factor``'s frequencies (the graph
+    offsets its row ids by ``long_from`` once the sequence is long). None: one set."""
 
     def rows(self, start: int, stop: int, cols: int | None = None) -> np.ndarray:
-        """Positions ``[start, stop)``, computed alone with the same float32 arithmetic as
+        """Rows ``[start, stop)``, computed alone with the same float32 arithmetic as
         :meth:`RopeSpec.cos_sin`; ``cols``: only the leading frequency pairs (a cache that
         keeps just the rotated ones)."""
-        inv = self.rope.inv_freq(self.head_dim).astype(np.float32)[:cols]
-        angles = np.arange(start, stop, dtype=np.float32)[:, None] * inv[None, :]
+        if self.long_from is not None and start < self.long_from < stop:
+            return np.concatenate(
+                [self.rows(start, self.long_from, cols), self.rows(self.long_from, stop, cols)]
+            )
+        long = self.long_from is not None and start >= self.long_from
+        first = start - self.long_from if long and self.long_from is not None else start
+        inv = self.rope.inv_freq(self.head_dim, long=long).astype(np.float32)[:cols]
+        positions = np.arange(first, first + stop - start, dtype=np.float32)
+        angles = positions[:, None] * inv[None, :]
         table = (np.cos(angles) if self.part == "cos" else np.sin(angles)).astype(np.float32)
-        scale = self.rope.attention_scaling
-        return table if scale == 1.0 else (table * np.float32(scale)).astype(np.float32)
+        return self.rope.scaled(table, self.head_dim)
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """Rows of a checkpoint tensor taken in another order along axis 0: in each block of
+    ``period`` rows below ``limit``, row ``j`` is the checkpoint's row ``order[j]`` of that
+    block; rows from ``limit`` on are as stored. Partial RoPE heads use it to move their
+    channels into the graphs' rotate_half layout (:meth:`RopeSpec.channel_order`)."""
+
+    period: int
+    limit: int
+    order: tuple[int, ...]
+
+    def source_rows(self, first: int, last: int) -> np.ndarray:
+        """The checkpoint's rows, in order, that rows ``[first, last)`` are made of."""
+        rows = np.arange(first, last)
+        inside = rows < self.limit
+        block, within = np.divmod(rows[inside], self.period)
+        rows[inside] = block * self.period + np.asarray(self.order)[within]
+        return rows
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,9 @@ class LogicalWeight:
     """A constant added, in float32, to the checkpoint's values as they are read: Gemma 3
     stores its norm scales as ``w`` and multiplies by ``1 + w``. Random weights are drawn
     as the scales themselves and take no offset."""
+    row_order: RowOrder | None = None
+    """The checkpoint's rows in the order the graph wants them (partial RoPE's q/k
+    projections); None: as stored. Random weights are drawn in the graph's order."""
 
     def part_rows(self, fused_rank: int) -> int:
         """Rows this part contributes to a fused weight of rank ``fused_rank``."""

@@ -15,8 +15,15 @@ import numpy as np
 AttentionKind = Literal["sliding", "full"]
 
 
-RopeKind = Literal["default", "proportional", "linear", "llama3", "yarn"]
-ROPE_KINDS: tuple[RopeKind, ...] = ("default", "proportional", "linear", "llama3", "yarn")
+RopeKind = Literal["default", "proportional", "linear", "llama3", "yarn", "longrope"]
+ROPE_KINDS: tuple[RopeKind, ...] = (
+    "default",
+    "proportional",
+    "linear",
+    "llama3",
+    "yarn",
+    "longrope",
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,15 @@ class RopeSpec:
     the low frequencies by it and blends the middle band (``low_freq_factor``,
     ``high_freq_factor`` over ``original_max_position_embeddings``); ``yarn`` blends
     interpolated and extrapolated frequencies over a ramp (``beta_fast``, ``beta_slow``)
-    and scales cos and sin by :attr:`attention_scaling`.
+    and scales cos and sin by :attr:`attention_scaling`; ``longrope`` divides each
+    frequency by its own factor, ``short_factor`` up to ``original_max_position_embeddings``
+    tokens and ``long_factor`` beyond (:meth:`switches`), and scales cos and sin too.
+
+    A ``partial_rotary_factor`` below 1 on the other kinds rotates only the first
+    :meth:`rotary_dim` channels of each head (transformers' ``q[..., :rotary_dim]``, Phi-4).
+    The graphs lower one layout, proportional's (pairs ``i`` and ``i + head_dim / 2``,
+    the pairs that do not rotate at frequency 0), so those heads' channels are reordered
+    in the q/k projections' rows (:meth:`channel_order`): ``q . k`` is the same sum.
     """
 
     kind: RopeKind
@@ -44,25 +59,69 @@ class RopeSpec:
     beta_slow: float = 1.0
     truncate: bool = True
     attention_factor: float | None = None
-    """yarn's factor on cos and sin; None = transformers' default from ``factor``."""
+    """yarn's and longrope's factor on cos and sin; None = transformers' default from
+    ``factor``."""
+    short_factor: tuple[float, ...] = ()
+    """longrope: the divisor of each rotated frequency up to the original length."""
+    long_factor: tuple[float, ...] = ()
+    """longrope: the divisors beyond it."""
 
-    def inv_freq(self, head_dim: int) -> np.ndarray:
-        """Inverse frequencies, float64, of length head_dim / 2, as transformers computes them."""
+    def rotary_dim(self, head_dim: int) -> int:
+        """The channels of a head that rotate in the checkpoint's layout: all of them for
+        proportional RoPE (it zeroes frequencies instead), else transformers'
+        ``int(head_dim * partial_rotary_factor)``."""
+        if self.kind == "proportional":
+            return head_dim
+        return int(head_dim * self.partial_rotary_factor)
+
+    def inv_freq(self, head_dim: int, *, long: bool = False) -> np.ndarray:
+        """Inverse frequencies, float64, of length head_dim / 2, as transformers computes
+        them, in the graphs' layout: the pairs that do not rotate last, at frequency 0.
+        ``long``: longrope's set beyond the original length."""
         if self.kind == "proportional":
             rope_angles = int(self.partial_rotary_factor * head_dim // 2)
             exponents = np.arange(0, 2 * rope_angles, 2, dtype=np.float64) / head_dim
             rotated = 1.0 / (self.theta**exponents)
             zeros = np.zeros(head_dim // 2 - rope_angles, dtype=np.float64)
             return np.concatenate([rotated, zeros]) / self.factor
-        exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+        dim = self.rotary_dim(head_dim)
+        exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
         inv = 1.0 / (self.theta**exponents)
         if self.kind == "linear":
-            return inv / self.factor
-        if self.kind == "llama3":
-            return self._llama3(inv)
-        if self.kind == "yarn":
-            return self._yarn(inv, head_dim)
-        return inv
+            inv = inv / self.factor
+        elif self.kind == "llama3":
+            inv = self._llama3(inv)
+        elif self.kind == "yarn":
+            inv = self._yarn(inv, dim)
+        elif self.kind == "longrope":
+            factors = self.long_factor if long else self.short_factor
+            if len(factors) != dim // 2:
+                raise ValueError(
+                    f"longrope needs {dim // 2} factors per set for head size {head_dim}, "
+                    f"got {len(factors)}"
+                )
+            inv = inv / np.asarray(factors, dtype=np.float64)
+        return np.concatenate([inv, np.zeros(head_dim // 2 - dim // 2, dtype=np.float64)])
+
+    def switches(self, max_length: int) -> bool:
+        """A cache of ``max_length`` positions needs longrope's second set: the sequence
+        can grow past the original length, where every new token takes ``long_factor``
+        (transformers: ``max(position_ids) + 1 > original_max_position_embeddings``)."""
+        return self.kind == "longrope" and max_length > self._original_length()
+
+    def channel_order(self, head_dim: int) -> tuple[int, ...] | None:
+        """For a head that rotates only its first :meth:`rotary_dim` channels: the
+        checkpoint's channel at each position of the graphs' layout (rotate_half pairs
+        ``i`` and ``i + head_dim / 2``, the channels that pass through in the pairs after
+        the rotated ones). None when the layouts already agree."""
+        dim = self.rotary_dim(head_dim)
+        if dim == head_dim:
+            return None
+        half, rotated = head_dim // 2, dim // 2
+        passed = list(range(dim, head_dim))
+        first = list(range(rotated)) + passed[: half - rotated]
+        second = list(range(rotated, dim)) + passed[half - rotated :]
+        return tuple(first + second)
 
     def _original_length(self) -> int:
         if self.original_max_position_embeddings is None:
@@ -99,18 +158,23 @@ class RopeSpec:
 
     @property
     def attention_scaling(self) -> float:
-        """The factor on cos and sin (yarn's ``attention_factor``; 1 for the other kinds)."""
-        if self.kind != "yarn":
+        """The factor on cos and sin (yarn's and longrope's ``attention_factor``; 1 for the
+        other kinds)."""
+        if self.kind not in ("yarn", "longrope"):
             return 1.0
         if self.attention_factor is not None:
             return self.attention_factor
-        return 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
+        if self.factor <= 1:
+            return 1.0
+        if self.kind == "yarn":
+            return 0.1 * math.log(self.factor) + 1.0
+        return math.sqrt(1 + math.log(self.factor) / math.log(self._original_length()))
 
     def rotated_pairs(self, head_dim: int) -> int:
         """Frequency pairs that rotate (the leading ones); the rest have frequency 0, so
         their cos is 1 and their sin 0 at every position."""
         if self.kind != "proportional":
-            return head_dim // 2
+            return self.rotary_dim(head_dim) // 2
         return int(self.partial_rotary_factor * head_dim // 2)
 
     def cos_sin(self, head_dim: int, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,12 +186,19 @@ class RopeSpec:
         inv = self.inv_freq(head_dim).astype(np.float32)
         positions = np.arange(max_positions, dtype=np.float32)[:, None]
         angles = positions * inv[None, :]
-        return self._scaled(np.cos(angles)), self._scaled(np.sin(angles))
+        return self.scaled(np.cos(angles), head_dim), self.scaled(np.sin(angles), head_dim)
 
-    def _scaled(self, table: np.ndarray) -> np.ndarray:
+    def scaled(self, table: np.ndarray, head_dim: int) -> np.ndarray:
+        """A cos or sin table (float32) times :attr:`attention_scaling` in the columns of
+        the pairs that rotate; the channels that pass through stay as they are."""
         scale = self.attention_scaling
         table = table.astype(np.float32)
-        return table if scale == 1.0 else (table * np.float32(scale)).astype(np.float32)
+        if scale == 1.0:
+            return table
+        table = table.copy()
+        rotated = self.rotated_pairs(head_dim)
+        table[:, :rotated] = (table[:, :rotated] * np.float32(scale)).astype(np.float32)
+        return table
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,31 @@ def rope_caches(ctx: BuildContext, kind: AttentionKind) -> tuple[ir.Value, ir.Va
     return values[0], values[1]
 
 
+def long_rope(ctx: BuildContext, kind: AttentionKind) -> tuple[int, int] | None:
+    """``(rows per set, original length)`` where the kind's caches hold longrope's short
+    and long sets (:class:`~engine.logical.RopeTable`), else None. Once the sequence is
+    longer than the original length, the new tokens' rows are ``rows per set`` further on,
+    as transformers picks ``long_factor`` for a whole forward by its largest position."""
+    computed = ctx.weight(f"rope.{kind}.cos_cache").weight.computed
+    if computed is None or computed.long_from is None:
+        return None
+    original = computed.rope.original_max_position_embeddings
+    assert original is not None
+    return computed.long_from, original
+
+
+def long_offset(
+    ctx: BuildContext, length: ir.Value, switch: tuple[int, int], dtype: type, margin: float = 0
+) -> ir.Value:
+    """``rows per set`` where ``length`` (a sequence length, or the largest position
+    ``margin`` below one) exceeds the original length, else 0, in ``length``'s dtype."""
+    rows, original = switch
+    op, name = ctx.op, np.dtype(dtype).name
+    longer = op.Greater(length, _scalar(ctx, original - margin, dtype, f"rope_original_{name}"))
+    ir_dtype = ir.DataType.from_numpy(np.dtype(dtype))
+    return op.Mul(op.Cast(longer, to=ir_dtype), _scalar(ctx, rows, dtype, f"rope_rows_{name}"))
+
+
 def _scalar(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
     return ctx.const(np.array(value, dtype=dtype), name=name)
 
@@ -153,15 +178,24 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
     lengths = op.ReduceSum(mask, ctx.ints([1]), keepdims=0)  # [B] valid lengths
     seqlens_k = op.Sub(lengths, _scalar(ctx, 1, np.int32, "one_i32"))
     inputs = AttentionInputs(input_ids=input_ids, seqlens_k=seqlens_k)
-    for kind in rotary_kinds(ctx.spec):
-        inputs.caches[kind] = rope_caches(ctx, kind)
     # The mask's width: the attended length for every row, also with left padding.
     if ctx.caps.host_total_length:  # from the shape: stays on the host, no copy
         width = op.Gather(op.Shape(attention_mask), _scalar(ctx, 1, np.int64, "index_1"))
         inputs.total_length = op.Cast(width, to=ir.DataType.INT32)
-        return inputs
-    widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
-    inputs.total_length = op.Gather(widths, _scalar(ctx, 0, np.int64, "index_0"))
+    else:
+        widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
+        inputs.total_length = op.Gather(widths, _scalar(ctx, 0, np.int64, "index_0"))
+    for kind in rotary_kinds(ctx.spec):
+        cos, sin = rope_caches(ctx, kind)
+        switch = long_rope(ctx, kind)
+        if switch is not None:  # GroupQueryAttention reads rows by position: one set
+            start = op.Unsqueeze(
+                long_offset(ctx, inputs.total_length, switch, np.int32), ctx.ints([0])
+            )
+            end = op.Add(start, ctx.const(np.array([switch[0]], np.int32)))
+            axes = ctx.const(np.array([0], np.int32), name="axes_0_i32")
+            cos, sin = op.Slice(cos, start, end, axes), op.Slice(sin, start, end, axes)
+        inputs.caches[kind] = (cos, sin)
     return inputs
 
 
@@ -209,7 +243,11 @@ def standard_inputs(
         if kind not in rotated:
             continue
         cos, sin = rope_caches(ctx, kind)
-        rows = op.Unsqueeze(positions, ctx.ints([0]))  # [1, S]
+        switch = long_rope(ctx, kind)
+        shifted = positions
+        if switch is not None:
+            shifted = op.Add(positions, long_offset(ctx, total, switch, np.int64))
+        rows = op.Unsqueeze(shifted, ctx.ints([0]))  # [1, S]
         inputs.rope_rows[kind] = (_rope_rows(ctx, cos, rows), _rope_rows(ctx, sin, rows))
     return inputs
 

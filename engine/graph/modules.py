@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from engine.graph.components import activation, embedding, linear, rms_norm
 from engine.graph.context import BuildContext
-from engine.logical import LogicalWeight, Role, RopeTable
+from engine.logical import LogicalWeight, Role, RopeTable, RowOrder
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Param:
     """A dtype the tensor keeps whatever the package's (see :class:`LogicalWeight`)."""
     offset: float = 0.0
     """Added to the checkpoint's values as they are read (see :class:`LogicalWeight`)."""
+    row_order: RowOrder | None = None
+    """The checkpoint's rows reordered as they are read (see :class:`LogicalWeight`)."""
 
     @property
     def logical(self) -> LogicalWeight:
@@ -59,6 +61,7 @@ class Param:
             parts=self.parts,
             dtype=self.dtype,
             offset=self.offset,
+            row_order=self.row_order,
         )
 
 

@@ -40,11 +40,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from engine.graph import attention as attn
 from engine.graph.components import scaled
 from engine.graph.context import BuildContext
 from engine.spec import AttentionKind, LayerSpec
 
 F32 = ir.DataType.FLOAT
+I32 = ir.DataType.INT32
 CORE_DTYPE = "fp32"
 """Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V)."""
 KV_DTYPE = F32
@@ -106,9 +108,16 @@ def static_inputs(
     for kind, (cos, sin) in caches.items():
         layer = next(layer for layer in ctx.spec.layers if layer.attention == kind)
         missing = layer.head_dim // 2 - ctx.spec.rope[kind].rotated_pairs(layer.head_dim)
+        switch = attn.long_rope(ctx, kind)
+        kind_rows = rows
+        if switch is not None:  # longrope: the long set once the last position is past it
+            last = op.ReduceMax(positions, ctx.ints([1]), keepdims=0)  # [B]: batch 1
+            last = op.Gather(last, _const(ctx, 0, np.int64, "index_0"))
+            offset = op.Cast(attn.long_offset(ctx, last, switch, np.float32, 1), to=I32)
+            kind_rows = op.Add(rows, offset)
         pair = []
         for cache, fill, label in ((cos, 1.0, "one_f32"), (sin, 0.0, "zero_f32")):
-            picked = op.Gather(cache, rows, axis=0)  # [S, rotated]
+            picked = op.Gather(cache, kind_rows, axis=0)  # [S, rotated]
             if missing:
                 pads = ctx.const(np.array([0, 0, 0, missing], np.int64), name=f"pad_{missing}")
                 picked = op.Pad(picked, pads, _const(ctx, fill, np.float32, label))

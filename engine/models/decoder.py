@@ -15,7 +15,7 @@ with one KV pair per layer that owns a cache (KV-shared layers read their produc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx_ir as ir
 
@@ -33,7 +33,7 @@ from engine.graph.modules import (
     Param,
     RMSNorm,
 )
-from engine.logical import RopeTable
+from engine.logical import RopeTable, RowOrder
 from engine.options import ExportOptions
 from engine.spec import LayerSpec, ModelSpec, RopeSpec
 
@@ -89,6 +89,33 @@ class Attention(Module):
             if spec.value_norm:
                 self.v_norm = RMSNorm(dim, scale=False)
         self.o_proj = Linear(heads * dim, h, bias=spec.o_bias)
+        order = spec.rope[layer.attention].channel_order(dim) if layer.rope else None
+        if order is not None:
+            self._reorder_heads(RowOrder(dim, (heads + kv) * dim, order))
+
+    def _reorder_heads(self, order: RowOrder) -> None:
+        """Read the q and k projections' rows (and biases) in the graphs' RoPE layout
+        (:meth:`RopeSpec.channel_order`); values keep theirs."""
+        if self._qk_norm or self._value_norm or self._layer.k_eq_v:
+            raise ValueError("partial RoPE is lowered without q/k/v norms and shared k/v")
+        for linear in (getattr(self, name, None) for name in ("qkv_proj", "q_proj", "k_proj")):
+            if linear is None:
+                continue
+            for attr in ("weight", "bias"):
+                param = getattr(linear, attr)
+                if param is None:
+                    continue
+                if param.parts:  # q, k (and v) apart: the first two parts, each whole
+                    parts = tuple(
+                        replace(part, row_order=replace(order, limit=part.shape[0]))
+                        if i < 2
+                        else part
+                        for i, part in enumerate(param.parts)
+                    )
+                    setattr(linear, attr, replace(param, parts=parts))
+                else:  # the stored qkv_proj's q and k rows, or one of q_proj, k_proj whole
+                    limit = min(order.limit, param.shape[0])
+                    setattr(linear, attr, replace(param, row_order=replace(order, limit=limit)))
 
     def __call__(self, ctx: BuildContext, x: ir.Value, state: DecoderState) -> ir.Value:
         if self._static:
@@ -200,11 +227,15 @@ def rope_caches(spec: ModelSpec, options: ExportOptions, max_length: int) -> Rop
 
 
 class _CosSin(Module):
+    """One kind's cos and sin caches: a row per position; twice that for a longrope that
+    outgrows its original length (the short set, then the long one)."""
+
     def __init__(
         self, rope: RopeSpec, head_dim: int, rows: int, cols: int, dtype: str | None
     ) -> None:
-        shape = (rows, cols)
-        cos, sin = (RopeTable(rope, head_dim, part) for part in ("cos", "sin"))
+        long_from = rows if rope.switches(rows) else None
+        shape = (rows if long_from is None else 2 * rows, cols)
+        cos, sin = (RopeTable(rope, head_dim, part, long_from) for part in ("cos", "sin"))
         self.cos_cache = Param(shape, "rope_cache", computed=cos, dtype=dtype)
         self.sin_cache = Param(shape, "rope_cache", computed=sin, dtype=dtype)
 

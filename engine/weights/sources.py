@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from engine.errors import WeightsError
-from engine.logical import LogicalWeight
+from engine.logical import LogicalWeight, RowOrder
 from engine.weights.checkpoint import Checkpoint
 from engine.weights.formats import adapter_problem, lora_problem, quantized_problem
 
@@ -185,10 +186,33 @@ class CheckpointSource:
             return _filled(weight, axis, start, stop, rows)
         if weight.source is None:
             raise WeightsError(f"{weight.name} is computed, not read from the checkpoint")
+        if weight.row_order is not None:
+            return self._reordered(weight, weight.row_order, axis, start, stop, rows)
         data = self.checkpoint.read(weight.source, axis, start, stop, rows=rows)
         if weight.offset:
             data = np.asarray(data, dtype=np.float32) + np.float32(weight.offset)
         return data
+
+    def _reordered(
+        self,
+        weight: LogicalWeight,
+        order: RowOrder,
+        axis: int,
+        start: int,
+        stop: int,
+        rows: tuple[int, int] | None,
+    ) -> np.ndarray:
+        """The rows a reordered weight's slice is made of, read as one span of the
+        checkpoint (they lie within the slice's blocks) and taken in order."""
+        first, last = (start, stop) if axis == 0 else (rows or (0, weight.shape[0]))
+        wanted = order.source_rows(first, last)
+        low, high = int(wanted.min()), int(wanted.max()) + 1
+        plain = replace(weight, row_order=None)
+        if axis == 0:
+            span = self.read(plain, 0, low, high)
+        else:
+            span = self.read(plain, axis, start, stop, (low, high))
+        return np.ascontiguousarray(span[wanted - low])
 
     def tensor_name(self, weight: LogicalWeight) -> str:
         """The weight's name in the checkpoint files (for messages); a fused weight's

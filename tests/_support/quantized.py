@@ -97,6 +97,22 @@ def hf_forced_logits(model: Any, prompt: list[int], tokens: list[int]) -> np.nda
     return out.logits[0, len(prompt) - 1 :].float().numpy()
 
 
+def hf_stepwise_logits(model: Any, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """:func:`hf_forced_logits` the way :func:`forced_logits` runs: the prompt, then one
+    token at a time through transformers' cache. They differ for longrope, whose keys keep
+    the frequencies of the step that made them (short ones up to the original length)."""
+    import torch
+
+    rows = []
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        rows.append(out.logits[0, -1].float().numpy())
+        for token in tokens:
+            out = model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+            rows.append(out.logits[0, -1].float().numpy())
+    return np.stack(rows)
+
+
 @dataclass(frozen=True)
 class Metrics:
     """A package's next-token logits against the float package's."""
@@ -204,6 +220,10 @@ def dequantized_model(model: Any, result: ExportResult, session: str = "decoder"
                 rows = part.part_rows(len(wp.weight.shape)) if wp.weight.parts else len(restored)
                 if part.source is not None:
                     block = restored[offset : offset + rows]
+                    if part.row_order is not None:  # back in the checkpoint's row order
+                        stored = np.empty_like(block)
+                        stored[part.row_order.source_rows(0, rows)] = block
+                        block = stored
                     params[part.source].copy_(torch.from_numpy(np.ascontiguousarray(block)))
                 offset += rows
     return restored_model

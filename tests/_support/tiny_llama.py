@@ -1,4 +1,4 @@
-"""Tiny random Llama, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3 and Gemma 3 checkpoints built
+"""Tiny random Llama, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3 / Phi-4 and Gemma 3 checkpoints built
 offline with transformers.
 
 Odd widths on purpose (hidden 72, MLP 136, vocab 331): nothing may assume powers of two.
@@ -78,6 +78,25 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # Phi-3 mini's shape: q/k/v and gate/up fused in the checkpoint, a window on every layer
     # (mini-4k's is 2047), head_dim from hidden / heads, untied head.
     "phi3": dict(model_type="phi3", head_dim=None, hidden_size=64, sliding_window=8),
+    # Phi-4-mini's shape: RoPE on the first 3/4 of each head (partial_rotary_factor), longrope
+    # whose original length (16) the runs pass (short factors, then long ones, and cos / sin
+    # scaled by sqrt(1 + ln(256 / 16) / ln 16)), GQA, tied head, q/k/v and gate/up fused.
+    "phi4": dict(
+        model_type="phi3",
+        head_dim=None,
+        hidden_size=128,  # head_dim 32: 24 channels rotate (12 pairs), 8 pass
+        tie_word_embeddings=True,
+        partial_rotary_factor=0.75,
+        original_max_position_embeddings=16,
+        rope_parameters=dict(
+            rope_type="longrope",
+            rope_theta=10_000.0,
+            partial_rotary_factor=0.75,
+            original_max_position_embeddings=16,
+            short_factor=[1.0, 1.0, 1.02, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 1.8, 2.0],
+            long_factor=[1.0, 1.2, 1.5, 1.9, 2.8, 3.5, 4.1, 6.0, 8.7, 12.6, 15.0, 18.3],
+        ),
+    ),
     # Gemma 3 (4B's shape): four norms per layer that scale by 1 + w, q/k norms, sliding
     # and full layers with their own RoPE (linear scaling on the full ones), attention
     # scaled by query_pre_attn_scalar ** -0.5 (not head_dim's), tanh-GELU, tied head,

@@ -19,7 +19,12 @@ from engine.options import ExportOptions
 from engine.pipeline import export
 from tests._support.genai_loop import genai_greedy
 from tests._support.ort_loop import ort_greedy
-from tests._support.quantized import dequantized_model, forced_logits, hf_forced_logits
+from tests._support.quantized import (
+    dequantized_model,
+    forced_logits,
+    hf_forced_logits,
+    hf_stepwise_logits,
+)
 from tests._support.tiny_gemma import hf_greedy
 from tests._support.tiny_llama import BASE, CONFIGS, make_checkpoint
 
@@ -89,6 +94,7 @@ def test_genai_generates_transformers_tokens(checkpoints: Checkpoints, tmp_path:
     # even block count; hidden 72 has 5 blocks of 16)
     [
         ("llama", 4, 4, "cpu-gqa"),
+        ("phi4", 4, 8, "webgpu"),  # q/k rows reordered for partial RoPE, read fused
         ("qwen2", 8, 4, "cpu-gqa"),
         ("qwen3", 4, 8, "webgpu"),
         ("gemma3", 4, 8, "cpu-gqa"),
@@ -117,10 +123,10 @@ def test_quantized_package_computes_its_dequantized_weights(
     result = export(out, model_dir=model_dir, options=options)
     assert any(wp.quantized for wp in result.plan.decoder.weights)
     ours = forced_logits(out, PROMPT, ref_tokens)
-    theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, ref_tokens)
+    theirs = hf_stepwise_logits(dequantized_model(model, result), PROMPT, ref_tokens)
     assert float(np.abs(ours - theirs).max()) <= 1e-4
     # ... and it is quantized: the float model's logits are further away.
-    original = hf_forced_logits(model, PROMPT, ref_tokens)
+    original = hf_stepwise_logits(model, PROMPT, ref_tokens)
     assert float(np.abs(ours - original).max()) > 1e-3
 
 
@@ -159,6 +165,35 @@ def test_the_fixtures_exercise_what_they_claim(checkpoints: Checkpoints):
     assert spec.rope["sliding"].theta == 10_000.0 and spec.rope["full"].theta == 1e6
     assert float(gemma3.model.layers[0].input_layernorm.weight.detach().abs().min()) > 0.3
     assert len(PROMPT) + STEPS > spec.sliding_window
+    # Phi-4's shape: 24 of each head's 32 channels rotate (the rest pass), and the runs pass
+    # longrope's original length: transformers' one forward (long factors everywhere) and its
+    # step-by-step run (short ones while the sequence is short) differ, so the parity tests
+    # see which set each step takes.
+    _, phi4, tokens, _ = checkpoints.get("phi4")
+    rope = spec_from_config(phi4.config.to_dict()).rope["full"]
+    assert rope.kind == "longrope" and rope.rotary_dim(32) == 24
+    assert rope.channel_order(32) is not None
+    assert rope.switches(len(PROMPT) + STEPS) and not rope.switches(16)
+    assert rope.attention_scaling == pytest.approx((1 + np.log(256 / 16) / np.log(16)) ** 0.5)
+    whole = hf_forced_logits(phi4, PROMPT, tokens)
+    assert float(np.abs(whole - hf_stepwise_logits(phi4, PROMPT, tokens)).max()) > 1e-2
+
+
+@pytest.mark.parametrize(("max_length", "rows"), [(16, 16), (64, 128)])
+def test_longrope_caches_hold_the_long_set_only_past_the_original_length(
+    checkpoints: Checkpoints, max_length: int, rows: int
+):
+    """A package whose context fits longrope's original length (16) keeps the short set;
+    a longer one keeps the long set after it, rows ``max_length`` on."""
+    from engine.models import load_spec
+    from engine.plan import plan
+
+    model_dir, _, _, _ = checkpoints.get("phi4")
+    export_plan = plan(load_spec(model_dir), ExportOptions(ep="cpu", max_length=max_length))
+    cache = export_plan.decoder.weight("rope.full.cos_cache")
+    assert cache.weight.shape == (rows, 16)
+    assert cache.weight.computed is not None
+    assert cache.weight.computed.long_from == (None if rows == max_length else max_length)
 
 
 def test_gemma3_norms_read_one_plus_w(checkpoints: Checkpoints, tmp_path: Path):
@@ -259,9 +294,11 @@ def test_each_type_is_read_with_transformers_defaults():
     qwen3 = spec_from_config(_config("qwen3", head_dim=None))
     assert qwen3.qk_norm and qwen3.layers[0].head_dim == 128  # Qwen3Config's default
     # Mistral: a config without the field has transformers' 4096 window; null has none.
-    assert spec_from_config(_config("mistral")).sliding_window == 4096
-    assert spec_from_config(_config("mistral", sliding_window=None)).sliding_window == 4096
-    no_window = _config("mistral")
+    long = 8192
+    assert spec_from_config(_config("mistral", max_position_embeddings=long)).sliding_window == 4096
+    # ... and a window no shorter than the positions hides nothing: full layers.
+    assert spec_from_config(_config("mistral")).sliding_window == 0  # 4096 over 256
+    no_window = _config("mistral", max_position_embeddings=long)
     no_window["sliding_window"] = None
     assert {x.attention for x in spec_from_config(no_window).layers} == {"full"}
     # Qwen drops the window unless use_sliding_window.
@@ -298,7 +335,7 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
         (
             "llama",
             {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]}},
-            "rope_type 'longrope' is not supported",
+            "'long_factor' must be a list of numbers",
         ),
         ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "'dynamic'"),
         ("llama", {"head_dim": None, "hidden_size": 70}, "not a multiple of num_attention_heads"),
@@ -319,9 +356,15 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
                     "long_factor": [1.0],
                 }
             },
-            "rope_type 'longrope' is not supported",
+            r"short_factor has 1 values; head_dim 32 with partial_rotary_factor 1.0 rotates 16",
         ),
-        ("phi3", {"partial_rotary_factor": 0.75}, "rotating part of each head is not exported"),
+        (
+            "phi3",
+            {"rope_scaling": {"type": "su", "short_factor": [1.0] * 16, "long_factor": [0] * 16}},
+            "'long_factor' must hold positive numbers only",
+        ),
+        ("phi3", {"partial_rotary_factor": 0.3}, "rotates 9 of head_dim 32 channels"),
+        ("qwen3", {"partial_rotary_factor": 0.5}, "partial_rotary_factor with q/k norms"),
         ("smollm3", {"no_rope_layers": [1, 2, 1]}, "must be a list of 0 and 1"),
         ("gemma3_text", {"use_bidirectional_attention": True}, "EmbeddingGemma"),
         ("gemma3_text", {"attn_logit_softcapping": 50.0}, "attention softcapping"),
@@ -364,6 +407,31 @@ def test_presets_hold_the_published_parameter_counts(preset: str, non_embedding:
     summary = model_summary(spec)
     tables = spec.vocab_size * spec.hidden_size * (1 if spec.tie_word_embeddings else 2)
     assert abs(summary["parameters"] - tables - non_embedding) / non_embedding < 0.02
+
+
+def test_phi4_mini_preset_is_read_as_transformers_reads_it():
+    """Phi-4-mini's published config (the preset): 3.84 B parameters (the card's 3.8 B), and
+    its RoPE, short and long, equal to transformers' own longrope over the 96 of 128 channels
+    that rotate, with the attention factor from 131,072 / 4,096."""
+    import torch
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from engine.models import model_summary
+    from engine.presets import load_preset, preset_config
+
+    spec = load_preset("phi4-mini")
+    assert abs(model_summary(spec)["parameters"] - 3.84e9) / 3.84e9 < 0.01
+    rope = spec.rope["full"]
+    assert (rope.kind, rope.rotary_dim(128), rope.rotated_pairs(128)) == ("longrope", 96, 48)
+    raw = {k: v for k, v in preset_config("phi4-mini").items() if not k.startswith("_")}
+    config = transformers.Phi3Config(**raw)
+    for seq_len, long in ((None, False), (4097, True)):
+        inv, scale = ROPE_INIT_FUNCTIONS["longrope"](config, torch.device("cpu"), seq_len)
+        ours = rope.inv_freq(128, long=long)
+        np.testing.assert_allclose(ours[:48], inv.numpy(), rtol=1e-6)
+        assert not ours[48:].any()  # the passing channels' pairs: frequency 0
+        assert rope.attention_scaling == pytest.approx(scale)
 
 
 def test_a_150k_vocabulary_is_split_to_fit_webgpu_buffers():

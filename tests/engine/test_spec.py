@@ -97,7 +97,7 @@ def test_multimodal_config_reads_nested_text_config():
         ({"num_key_value_heads": 3}, "does not divide"),
         (
             {"rope_parameters": {"sliding_attention": {"rope_type": "longrope"}}},
-            r"rope_type 'longrope' is not supported \(it switches between two frequency sets",
+            r"rope_type 'longrope' is not supported \(this family does not take it",
         ),
         (
             {"rope_parameters": {"sliding_attention": {"rope_type": "yarn"}}},
@@ -105,7 +105,7 @@ def test_multimodal_config_reads_nested_text_config():
         ),
         (
             {"rope_parameters": {"sliding_attention": {"partial_rotary_factor": 0.5}}},
-            "rotating part of each head is not exported yet with default RoPE",
+            "rotating part of each head is not exported for this family.s default RoPE",
         ),
         # Each of these was a traceback (issue 13).
         ({"num_key_value_heads": 0}, "'num_key_value_heads' must be at least 1, got 0"),

@@ -112,11 +112,11 @@ class Case:
     sliding_window: int
 
 
-FAMILY_CASES = ("qwen3_sliding", "mistral", "smollm3", "phi3", "gemma3")
+FAMILY_CASES = ("qwen3_sliding", "mistral", "smollm3", "phi3", "phi4", "gemma3")
 """Other families' tiny checkpoints (tests/_support/tiny_llama.py): Qwen3's q/k norms with
 sliding and full layers, Mistral's one KV head with a window on every layer, SmolLM3's
-sliding layer without RoPE, Phi-3's fused checkpoint projections, Gemma 3's 1 + w norms
-and two RoPEs."""
+sliding layer without RoPE, Phi-3's fused checkpoint projections, Phi-4's partial longrope
+(past its original length), Gemma 3's 1 + w norms and two RoPEs."""
 
 
 @pytest.fixture(

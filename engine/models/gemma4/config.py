@@ -29,7 +29,7 @@ from engine.spec import (
 
 MODEL_TYPES = ("gemma4_text", "gemma4")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
-ROPE_TYPES: tuple[RopeKind, ...] = ROPE_KINDS
+ROPE_TYPES: tuple[RopeKind, ...] = tuple(kind for kind in ROPE_KINDS if kind != "longrope")
 """Gemma 4's checkpoints use default and proportional RoPE; its graphs take every kind the
 spec describes (the caches are computed from the spec), as transformers' Gemma 4 does."""
 

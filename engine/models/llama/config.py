@@ -18,10 +18,10 @@ from engine.config_fields import ConfigFields, source_dtype, token_ids
 from engine.errors import SpecError
 from engine.graph.components import ACTIVATIONS
 from engine.models.layer_types import LAYER_TYPE_NAMES, layer_kinds
-from engine.models.rope_config import read_rope
+from engine.models.rope_config import check_head, read_rope
 from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeKind, RopeSpec
 
-ROPE_TYPES: tuple[RopeKind, ...] = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES: tuple[RopeKind, ...] = ("default", "linear", "llama3", "yarn", "longrope")
 """The rope types these decoders' checkpoints use that the graphs lower."""
 
 DEFAULT_THETA = 10_000.0
@@ -105,7 +105,7 @@ def read_spec(
     vocab = fields.required("vocab_size", least=1)
     max_positions = fields.optional("max_position_embeddings", variant.max_positions, least=2)
     rotates = _rotating_layers(fields, variant, num_layers)
-    kinds, window = _layer_kinds(fields, variant, num_layers, rotates)
+    kinds, window = _layer_kinds(fields, variant, num_layers, rotates, max_positions)
     attention_bias = fields.optional("attention_bias", False, bool)
     qkv_bias = variant.qkv_bias == "always" or (
         variant.qkv_bias == "attention_bias" and attention_bias
@@ -122,7 +122,13 @@ def read_spec(
         )
         for index, kind in enumerate(kinds)
     )
-    rope = _rope(fields, max_positions)
+    rope = _rope(fields, max_positions, model_type)
+    check_head(rope, head_dim, origin)
+    if rope.channel_order(head_dim) is not None and variant.qk_norm:
+        raise SpecError(
+            f"{origin}: partial_rotary_factor with q/k norms is not exported yet (no "
+            f"{model_type} release has both)"
+        )
     bos, eos, pad = token_ids(vocab, fields)
     eps = fields.non_negative("rms_norm_eps", 1e-6)
     return ModelSpec(
@@ -174,15 +180,23 @@ def _rotating_layers(fields: ConfigFields, variant: Variant, num_layers: int) ->
 
 
 def _layer_kinds(
-    fields: ConfigFields, variant: Variant, num_layers: int, rotates: list[bool]
+    fields: ConfigFields,
+    variant: Variant,
+    num_layers: int,
+    rotates: list[bool],
+    max_positions: int,
 ) -> tuple[list[AttentionKind], int]:
-    """Each layer's attention kind and the window of the sliding ones (0 when none is)."""
+    """Each layer's attention kind and the window of the sliding ones (0 when none is). A
+    window no shorter than ``max_position_embeddings`` (Phi-4-mini's 262,144 of 131,072)
+    never hides a key: those layers attend in full, as transformers' mask does."""
     window = variant.window
     if "sliding_window" in fields.data:
         window = fields.optional("sliding_window", None, least=1)
     gated = variant.sliding in ("qwen", "smollm3")
     if gated and not fields.optional("use_sliding_window", False, bool):
         window = None  # transformers drops the window unless use_sliding_window
+    if window is not None and window >= max_positions:
+        window = None
     if variant.sliding == "never" or window is None:
         return ["full"] * num_layers, 0
     if variant.sliding == "all":
@@ -196,8 +210,10 @@ def _layer_kinds(
     return layer_kinds(fields, raw, num_layers), window
 
 
-def _rope(fields: ConfigFields, max_positions: int) -> RopeSpec:
-    """The one rotary embedding every layer uses, from either config format."""
+def _rope(fields: ConfigFields, max_positions: int, model_type: str) -> RopeSpec:
+    """The one rotary embedding every layer uses, from either config format. Phi-3's
+    configs call longrope ``su`` (early) or ``yarn``, which transformers reads as longrope,
+    and keep its ``original_max_position_embeddings`` beside the rope fields."""
     params = fields.data.get("rope_parameters") or fields.data.get("rope_scaling") or {}
     origin = f"{fields.origin} rope_parameters"
     if not isinstance(params, Mapping):
@@ -217,6 +233,13 @@ def _rope(fields: ConfigFields, max_positions: int) -> RopeSpec:
     entry.setdefault("rope_theta", theta)
     if fields.data.get("partial_rotary_factor") is not None:
         entry.setdefault("partial_rotary_factor", fields.data["partial_rotary_factor"])
-    if entry.get("rope_type", entry.get("type")) in ("llama3", "yarn", "longrope"):
-        entry.setdefault("original_max_position_embeddings", max_positions)
-    return read_rope(entry, origin, RopeSpec("default", theta), ROPE_TYPES)
+    if model_type == "phi3" and entry.get("rope_type", entry.get("type")) in ("su", "yarn"):
+        entry["rope_type"] = "longrope"
+    rope_type = entry.get("rope_type", entry.get("type"))
+    if rope_type in ("llama3", "yarn", "longrope"):
+        original = fields.data.get("original_max_position_embeddings") or max_positions
+        entry.setdefault("original_max_position_embeddings", original)
+    if rope_type == "longrope" and entry.get("factor") is None:
+        # transformers: the ratio of the two lengths sets the attention factor
+        entry["factor"] = max_positions / entry["original_max_position_embeddings"]
+    return read_rope(entry, origin, RopeSpec("default", theta), ROPE_TYPES, partial=True)
