@@ -298,6 +298,8 @@ class ExportPanel(QWidget):
                 f"max |Δlogit| {result.max_abs_diff:.2e}, min cosine {result.min_cosine:.6f}"
                 + "".join(f"; {r}" for r in result.reasons)
             )
+            if result.quality is not None:
+                lines.append(f"quality {result.quality.summary()}")
         self.verify_result.setText("\n".join(lines))
         for line in lines:
             self.log.appendPlainText(f"verify: {line}")

@@ -7,6 +7,9 @@ import argparse
 from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError
 
+TEXT_TOKENS = 128
+"""engine.runtime.quality.DEFAULT_TOKENS, without importing numpy to build the parser."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -33,6 +36,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--audio", action="append", default=[], metavar="PATH", help="a WAV clip")
     parser.add_argument("--prompt", default=None, metavar="TEXT", help="prompt text with media")
+    parser.add_argument(
+        "--text",
+        default=None,
+        metavar="FILE",
+        help="UTF-8 text to measure quality on: KL divergence, top-1 agreement and perplexity "
+        "against transformers (default: a built-in sample)",
+    )
+    parser.add_argument(
+        "--text-tokens",
+        type=count,
+        default=TEXT_TOKENS,
+        metavar="N",
+        help=f"positions of the text to score (default {TEXT_TOKENS}; 0: no quality run)",
+    )
+    parser.add_argument(
+        "--max-kld",
+        type=float,
+        default=None,
+        metavar="NATS",
+        help="fail when the mean KL divergence on the text is above this",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
@@ -58,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
                     prompt_length=args.prompt_len,
                     seed=args.seed,
                     ep=args.ep,
+                    text=args.text,
+                    quality_tokens=args.text_tokens,
+                    max_kld=args.max_kld,
                     progress=progress,
                     cancel=getattr(args, "cancel", None),
                 )
@@ -81,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         f"min cosine {result.min_cosine:.5f}, top-1 agreement {result.agreement:.0%}, "
         f"greedy tokens {'identical' if result.greedy_tokens_identical else 'differ'}"
     )
+    if result.quality is not None:
+        print(f"quality  {result.quality.summary()}")
     if result.passed:
         print("verdict: PASS")
         return 0

@@ -12,17 +12,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.errors import OptionsError, PackageError, RuntimeUnavailableError, option
-from engine.progress import CancelToken, Progress, no_progress
+from engine.progress import CancelToken, Progress, no_progress, sub_progress
 from engine.runtime.bench import bench_prompt
 from engine.runtime.limits import check_lengths, check_seed
 from engine.runtime.package import Package, open_package
+from engine.runtime.quality import DEFAULT_TOKENS, TextQuality, read_text, text_ids, text_quality
 from engine.runtime.session import one_line, require_provider
 
 
@@ -118,6 +119,9 @@ class VerifyResult:
     reasons: tuple[str, ...]
     """Why it failed (empty when it passed)."""
     seconds: float
+    quality: TextQuality | None = None
+    """The package against transformers on text (:mod:`engine.runtime.quality`); None
+    when not measured."""
 
     @property
     def max_abs_diff(self) -> float:
@@ -149,6 +153,7 @@ class VerifyResult:
             min_cosine=self.min_cosine,
             top1_agreement=self.agreement,
             greedy_tokens_identical=self.greedy_tokens_identical,
+            quality=None if self.quality is None else self.quality.to_json(),
         )
         return data
 
@@ -163,10 +168,14 @@ def verify(
     seed: int = 0,
     ep: str | None = "cpu",
     tolerance: Tolerance | None = None,
+    text: str | os.PathLike[str] | None = None,
+    quality_tokens: int = DEFAULT_TOKENS,
+    max_kld: float | None = None,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
 ) -> VerifyResult:
-    """Compare a package with transformers on its source checkpoint.
+    """Compare a package with transformers on its source checkpoint: logits per step on a
+    prompt, then quality on text (:mod:`engine.runtime.quality`).
 
     Args:
         package: The package folder.
@@ -177,6 +186,10 @@ def verify(
             runs (transformers runs a full forward per step).
         ep: EP to run the package on (default the CPU; None = the package's EP).
         tolerance: Override the default for the package's dtype and quantization.
+        text: A UTF-8 text file to measure quality on (KL divergence, top-1 agreement,
+            perplexity against transformers); None = the built-in sample.
+        quality_tokens: Positions of the text to score; 0 = no quality measurement.
+        max_kld: Fail when the mean KL divergence on the text is above this.
 
     Raises:
         OptionsError: Lengths that do not fit the package, or a multimodal package (see
@@ -215,16 +228,42 @@ def verify(
             f"({spec.vocab_size}); verify the package against the model it was exported from"
         )
     check_package_tokenizer(pkg)
+    if quality_tokens < 0:
+        raise OptionsError(
+            f"{option('text_tokens', 'N')} must be 0 (no quality run) or more, got {quality_tokens}"
+        )
+    if max_kld is not None and not (max_kld >= 0 and quality_tokens > 0):
+        raise OptionsError(
+            f"{option('max_kld')} needs a non-negative bound and text to score (quality tokens "
+            f"above 0), got {max_kld} over {quality_tokens} tokens"
+        )
+    text_ids_ = None
+    if quality_tokens > 0:
+        body, source = read_text(text)
+        text_ids_ = (text_ids(pkg, body, quality_tokens), source)
     ids = list(prompt) if prompt is not None else bench_prompt(spec.vocab_size, prompt_length, seed)
+    share = 0.6 if text_ids_ is None else 0.4
     progress(0.0, "running transformers")
-    ref_tokens, ref_logits = reference_greedy(model_dir, ids, steps, progress, cancel)
-    progress(0.6, "running the package")
+    model = load_reference(model_dir)
+    ref_tokens, ref_logits = reference_greedy(
+        model_dir, ids, steps, sub_progress(progress, 0.0, share), cancel, model=model
+    )
+    progress(share, "running the package")
     runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
     run = runner.generate(ids, steps, forced=ref_tokens, keep_logits=True, cancel=cancel)
     logits = run.logits
-    return verdict(
+    quality = None
+    if text_ids_ is not None:
+        quality = text_quality(
+            runner, model, *text_ids_, sub_progress(progress, 2 * share, 1.0), cancel
+        )
+    result = verdict(
         pkg, model_dir, runner, ids, ref_tokens, ref_logits, logits, tolerance, progress, started
     )
+    reasons = list(result.reasons)
+    if quality is not None and max_kld is not None and quality.mean_kld > max_kld:
+        reasons.append(f"mean KL divergence on text {quality.mean_kld:.4g} > {max_kld:g}")
+    return replace(result, quality=quality, passed=not reasons, reasons=tuple(reasons))
 
 
 def verdict(
@@ -265,14 +304,12 @@ def verdict(
     )
 
 
-def reference_greedy(
-    model_dir: str | os.PathLike[str],
-    prompt: Sequence[int],
-    steps: int,
-    progress: Progress = no_progress,
-    cancel: CancelToken | None = None,
-) -> tuple[list[int], list[np.ndarray]]:
-    """transformers' greedy tokens and float32 last-position logits per step."""
+def load_reference(model_dir: str | os.PathLike[str]) -> Any:
+    """The checkpoint in transformers, float32, in eval mode.
+
+    Raises:
+        RuntimeUnavailableError: torch / transformers missing, or the checkpoint does not load.
+    """
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -285,7 +322,23 @@ def reference_greedy(
             f"transformers could not load '{model_dir}': {one_line(exc)}; check the checkpoint "
             "and that the installed transformers knows its model type"
         ) from exc
-    model.eval()
+    return model.eval()
+
+
+def reference_greedy(
+    model_dir: str | os.PathLike[str],
+    prompt: Sequence[int],
+    steps: int,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+    *,
+    model: Any = None,
+) -> tuple[list[int], list[np.ndarray]]:
+    """transformers' greedy tokens and float32 last-position logits per step (``model``:
+    the checkpoint already loaded by :func:`load_reference`)."""
+    import torch
+
+    model = model if model is not None else load_reference(model_dir)
     ids = list(prompt)
     tokens: list[int] = []
     logits: list[np.ndarray] = []
@@ -304,7 +357,7 @@ def reference_greedy(
             logits.append(row)
             tokens.append(int(row.argmax()))
             ids.append(tokens[-1])
-            progress(0.6 * (i + 1) / steps, f"transformers step {i + 1}/{steps}")
+            progress((i + 1) / steps, f"transformers step {i + 1}/{steps}")
     return tokens, logits
 
 

@@ -344,6 +344,9 @@ def _verify_passes(qtbot, window: MainWindow) -> None:
     report = verified.args[0]
     assert report.result is not None and report.result.passed, report.result
     assert "PASS" in panel.verify_result.text()
+    # ... with what the package loses on text, in the user's terms
+    assert report.result.quality is not None
+    assert "tokens of built-in sample: mean KLD" in panel.verify_result.text()
 
 
 @pytest.mark.parametrize(
