@@ -176,7 +176,7 @@ def linear_feedback(
         onnx.save(proto, str(probe))
         sums = _accumulate(probe, _windows(ids, bos_token_id), names, progress, cancel)
     progress(0.9, "calibration: feedback per input")
-    feedback = {name: Feedback.from_hessian(h) for name, h in sums.items()}
+    feedback = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
     return {weight: feedback[value] for weight, value in inputs.items() if value in feedback}
 
 
@@ -192,16 +192,23 @@ def _windows(ids: np.ndarray, bos: int | None) -> list[np.ndarray]:
 
 
 def _linear_inputs(proto: Any) -> dict[str, str]:
-    """Checkpoint weight -> the activation its MatMul multiplies (``x @ W^T`` as MatMul
-    with the stored ``[in, out]`` weight second)."""
+    """Checkpoint weight -> the activation its MatMul multiplies: ``x @ W^T`` as MatMul
+    with the stored ``[in, out]`` weight second, or a tied head's ``E @ x^T`` (the
+    embedding table first, the transposed hidden states second: their input is the head's)."""
     weights = {t.name for t in proto.graph.initializer}
-    return {
-        node.input[1]: node.input[0]
-        for node in proto.graph.node
-        if node.op_type == "MatMul"
-        and node.input[1] in weights
-        and node.input[1].endswith(".weight")
+    transposed = {
+        node.output[0]: node.input[0] for node in proto.graph.node if node.op_type == "Transpose"
     }
+    found = {}
+    for node in proto.graph.node:
+        if node.op_type != "MatMul":
+            continue
+        first, second = node.input[0], node.input[1]
+        if second in weights and second.endswith(".weight"):
+            found[second] = first
+        elif first in weights and first.endswith(".weight") and second in transposed:
+            found[first] = transposed[second]
+    return found
 
 
 def _accumulate(
@@ -236,10 +243,16 @@ def _accumulate(
         del session  # before the temp folder goes (Windows cannot delete open files)
 
 
-def describe(feedback: Mapping[str, Feedback], fallbacks: set[str] | None = None) -> str:
-    """A note for the export summary."""
-    inputs = len({id(f) for f in feedback.values()})
-    note = f"GPTQ: {len(feedback)} linears calibrated over {inputs} inputs"
+def describe(
+    feedback: Mapping[str, Feedback], applied: set[str], fallbacks: set[str] | None = None
+) -> str:
+    """A note for the export summary: the weights GPTQ quantized (``applied``), over how
+    many distinct inputs, and those that fell back to round to nearest."""
+    inputs = len({id(f) for name, f in feedback.items() if name in applied})
+    tables = sorted(name for name in applied if name.startswith("embed_tokens"))
+    note = f"GPTQ (act order): {len(applied)} weights calibrated over {inputs} inputs"
+    if tables:
+        note += " (the token table too, for the tied head that reads it)"
     if fallbacks:
         note += f"; {len(fallbacks)} kept round-to-nearest (width not whole blocks): " + ", ".join(
             sorted(fallbacks)[:3]

@@ -191,7 +191,7 @@ def export(
         if feedback is not None:
             from engine.calibration import describe
 
-            notes.append(describe(feedback, factory.gptq_fallbacks))
+            notes.append(describe(feedback, factory.gptq_applied, factory.gptq_fallbacks))
         tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
         package_files = [*folder_files(staging), MANIFEST]

@@ -110,6 +110,8 @@ class TensorFactory:
         self.on_produced = on_produced
         self.feedback = feedback or {}
         self.gptq_fallbacks: set[str] = set()
+        self.gptq_applied: set[str] = set()
+        """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
         """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
@@ -253,8 +255,11 @@ class TensorFactory:
 
     def _feedback(self, weight: WeightPlan, cols: int) -> Feedback | None:
         """GPTQ's statistics for a MatMulNBits weight (a fused one's parts read one input:
-        its first part's), when calibrated and the width is whole blocks."""
-        if not self.feedback or weight.storage != "matmulnbits" or weight.block_size is None:
+        its first part's), or a token table a tied head reads (its rows are the head's
+        outputs), when calibrated and the width is whole blocks."""
+        if not self.feedback or weight.block_size is None:
+            return None
+        if weight.storage not in ("matmulnbits", "gbq"):
             return None
         name = (weight.weight.parts or (weight.weight,))[0].name
         found = self.feedback.get(name)
@@ -278,6 +283,7 @@ class TensorFactory:
         if feedback is not None:
             from engine.quantize.gptq import gptq_quantize
 
+            self.gptq_applied.add(weight.name)
             blocks = gptq_quantize(
                 rows.reshape(-1, cols),
                 feedback,
