@@ -206,6 +206,10 @@ CONTROLS: dict[str, Control] = {
     "image": Control("Images", "Images sent with the prompt (PNG, JPEG, GIF or BMP)."),
     "audio": Control("Audio", "An audio clip sent with the prompt (WAV, FLAC or MP3)."),
     "steps": Control("Steps", "Generated positions Verify compares with transformers."),
+    # Verify's quality on text: the studio measures on the built-in sample with the defaults.
+    "text": Control("Text", "A UTF-8 text file Verify measures quality on (KLD, perplexity)."),
+    "text_tokens": Control("Text tokens", "Positions of the text Verify scores (0: none)."),
+    "max_kld": Control("Largest KLD", "Verify fails above this mean KL divergence on the text."),
     "top": Control("Largest tensors", "How many of the largest tensors the plan lists."),
     # The command line's audit only (the studio's audit never measures placement).
     "runtime_python": Control(
