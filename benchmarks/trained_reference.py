@@ -63,6 +63,17 @@ CHOICES: dict[str, dict[str, Any]] = {
     "int4_rtn_b128": dict(weight_bits=4, embedding_bits=4, block_size=128),
     "int4_gptq": dict(weight_bits=4, embedding_bits=4, quant_method="gptq"),
     "int4_gptq_int8_tables": dict(weight_bits=4, embedding_bits=8, quant_method="gptq"),
+    # mixed precision by name within about +10% bytes of all-INT4 (what an automatic choice
+    # by measured sensitivity would have to beat)
+    "int4_gptq_int8_kv": dict(
+        weight_bits=4,
+        embedding_bits=4,
+        quant_method="gptq",
+        keep_int8=("layers.*.self_attn.k_proj.weight", "layers.*.self_attn.v_proj.weight"),
+    ),
+    "int4_gptq_int8_layer0": dict(
+        weight_bits=4, embedding_bits=4, quant_method="gptq", keep_int8=("layers.0.*",)
+    ),
 }
 """``gptq`` choices calibrate on the training text (``calibration.txt``, never the held-out
 text they are scored on)."""
