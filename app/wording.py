@@ -164,6 +164,19 @@ CONTROLS: dict[str, Control] = {
         "(mixed precision: the sensitive layers in INT8, the rest in INT4), comma-separated, "
         "e.g. layers.0.*, embed_tokens.weight.",
     ),
+    "size_budget": Control(
+        "Si&ze budget",
+        "Mixed precision chosen by measurement: the most bytes the package may take. At "
+        "export each 4-bit weight's cost is measured on the checkpoint's float model (the "
+        "KL divergence with only that weight in INT4, on the calibration text), and the ones "
+        "that lose the most per byte go to INT8 until the budget is spent. Needs a checkpoint "
+        "of up to about 0.5 B parameters; the preview shows all-INT4 until then.",
+    ),
+    "target_kld": Control(
+        "Target KLD",
+        "The same measured choice toward a predicted mean KL divergence (nats per token): "
+        "the fewest INT8 weights that reach it (command line and Python API).",
+    ),
     "max_length": Control(
         "Max le&ngth",
         "The longest sequence (prompt plus generated tokens) the package supports. It sizes "

@@ -74,6 +74,15 @@ CHOICES: dict[str, dict[str, Any]] = {
     "int4_gptq_int8_layer0": dict(
         weight_bits=4, embedding_bits=4, quant_method="gptq", keep_int8=("layers.0.*",)
     ),
+    # mixed precision by measured sensitivity (engine.sensitivity) within +10% bytes of the
+    # all-INT4 package, and toward half of all-INT4 GPTQ's predicted KLD
+    "int4_rtn_budget_10pct": dict(weight_bits=4, embedding_bits=4, size_budget_ratio=1.10),
+    "int4_gptq_budget_10pct": dict(
+        weight_bits=4, embedding_bits=4, quant_method="gptq", size_budget_ratio=1.10
+    ),
+    "int4_gptq_budget_20pct": dict(
+        weight_bits=4, embedding_bits=4, quant_method="gptq", size_budget_ratio=1.20
+    ),
 }
 """``gptq`` choices calibrate on the training text (``calibration.txt``, never the held-out
 text they are scored on)."""
@@ -259,7 +268,13 @@ def main() -> None:
     parser.add_argument(
         "--cuda", action="store_true", help="also CUDA packages, run on the CUDA EP (GPU)"
     )
+    parser.add_argument(
+        "--only", default=None, help="comma-separated CHOICES to run (default: all of them)"
+    )
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else set(CHOICES)
+    if only - set(CHOICES):
+        parser.error(f"unknown choices: {', '.join(sorted(only - set(CHOICES)))}")
     size = dict(PRESETS[args.preset])
     if args.steps is not None:
         size["steps"] = args.steps
@@ -313,10 +328,20 @@ def main() -> None:
         calibration = root / "calibration.txt"
         calibration.write_text(train_text[:400_000], encoding="utf-8")
         for name, choice in CHOICES.items():
+            if name not in only:
+                continue
             out = root / name
             started = time.perf_counter()
-            if choice.get("quant_method") == "gptq":
+            if choice.get("quant_method") == "gptq" or "size_budget_ratio" in choice:
                 choice = {**choice, "calibration": str(calibration)}
+            if "size_budget_ratio" in choice:  # of the same choice's all-INT4 package
+                from engine.models import load_spec
+                from engine.plan import plan
+
+                ratio = choice.pop("size_budget_ratio")
+                plain = {k: v for k, v in choice.items() if k != "calibration"}
+                all_int4 = plan(load_spec(checkpoint), ExportOptions(**base, **plain)).nbytes
+                choice = {**choice, "size_budget": int(all_int4 * ratio)}
             result = export(out, model_dir=checkpoint, options=ExportOptions(**base, **choice))
             seconds = time.perf_counter() - started
             packages[name] = {

@@ -150,23 +150,11 @@ def linear_feedback(
     from the calibration tokens ``ids`` (each window starts with ``bos_token_id``)."""
     import onnx
 
-    from engine.options import ExportOptions
-    from engine.pipeline import export
-
     cancel = cancel or CancelToken()
-    folder = Path(model_dir)
     with tempfile.TemporaryDirectory(prefix="es-calibrate-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         progress(0.0, "calibration: the float model")
-        options = ExportOptions(
-            ep="cpu",
-            dtype="fp32",
-            attention="standard",
-            modalities=("text",),
-            max_length=SEQUENCE_LENGTH,
-        )
-        result = export(work / "float", model_dir=folder, options=options, cancel=cancel)
-        model_file = work / "float" / result.plan.decoder.filename
+        model_file = float_model(Path(model_dir), work, cancel)
         proto = onnx.load(str(model_file), load_external_data=False)
         inputs = _linear_inputs(proto)
         names = sorted(set(inputs.values()))
@@ -178,6 +166,24 @@ def linear_feedback(
     progress(0.9, "calibration: feedback per input")
     feedback = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
     return {weight: feedback[value] for weight, value in inputs.items() if value in feedback}
+
+
+def float_model(model_dir: Path, work: Path, cancel: CancelToken) -> Path:
+    """The checkpoint's text decoder as an fp32 CPU package under ``work`` (standard
+    attention, a :data:`SEQUENCE_LENGTH` context), the model calibration and the
+    sensitivity measurement run; returns its model file."""
+    from engine.options import ExportOptions
+    from engine.pipeline import export
+
+    options = ExportOptions(
+        ep="cpu",
+        dtype="fp32",
+        attention="standard",
+        modalities=("text",),
+        max_length=SEQUENCE_LENGTH,
+    )
+    result = export(work / "float", model_dir=model_dir, options=options, cancel=cancel)
+    return work / "float" / result.plan.decoder.filename
 
 
 def _windows(ids: np.ndarray, bos: int | None) -> list[np.ndarray]:

@@ -45,7 +45,8 @@ class ExportOptions:
     """``rtn``, ``search`` (per-block scale search) or ``gptq`` (error feedback from the
     linears' inputs on calibration text, :mod:`engine.calibration`; embeddings stay RTN)."""
     calibration: str | None = None
-    """A UTF-8 text file whose tokens calibrate ``gptq``; None = the built-in sample."""
+    """A UTF-8 text file whose tokens calibrate ``gptq`` and the sensitivity measurement of
+    ``size_budget`` / ``target_kld``; None = the built-in sample."""
     quantize_lm_head: bool = True
     accuracy_level: int | None = None
     graph_capture: GraphCapture = "auto"
@@ -62,6 +63,13 @@ class ExportOptions:
     """Name patterns of quantized weights to store in 8 bits whatever ``weight_bits`` /
     ``embedding_bits`` say: mixed precision, the layers a measurement found sensitive in
     INT8 and the rest in INT4 (``keep_float`` wins where both match)."""
+    size_budget: int | None = None
+    """Mixed precision by measured sensitivity: the most bytes the package may take; the
+    4-bit weights that cost the most KL divergence per byte go to INT8 until it is spent
+    (:mod:`engine.sensitivity`; needs the checkpoint)."""
+    target_kld: float | None = None
+    """The same choice toward a predicted mean KL divergence instead: the fewest INT8
+    weights that bring it to this (nats per token)."""
     force: bool = False
     """Write the package even when a limit the user chose is exceeded."""
     random_weights: bool = False
@@ -114,9 +122,11 @@ class ExportOptions:
                 f"{option('quant_method', 'gptq')} quantizes linear weights; add "
                 f"{option('weight_bits', 4)}"
             )
-        if self.calibration is not None and self.quant_method != "gptq":
+        measured = self.size_budget is not None or self.target_kld is not None
+        if self.calibration is not None and self.quant_method != "gptq" and not measured:
             raise OptionsError(
-                f"{option('calibration')} is read by {option('quant_method', 'gptq')} only"
+                f"{option('calibration')} is read by {option('quant_method', 'gptq')} and by "
+                f"{option('size_budget')} / {option('target_kld')} only"
             )
         if self.weight_bits is not None and not caps.supports("MatMulNBits"):
             raise OptionsError(
@@ -165,6 +175,26 @@ class ExportOptions:
             "keep_float": _patterns(self.keep_float, option("keep_float")),
             "keep_int8": _patterns(self.keep_int8, option("keep_int8")),
         }
+        if self.size_budget is not None and self.target_kld is not None:
+            raise OptionsError(
+                f"give {option('size_budget')} or {option('target_kld')}, not both (one picks "
+                "the INT8 weights for a size, the other for a quality)"
+            )
+        if self.size_budget is not None and self.size_budget < 1:
+            raise OptionsError(f"{option('size_budget')} must be a size in bytes")
+        if self.target_kld is not None and not self.target_kld >= 0:
+            raise OptionsError(
+                f"{option('target_kld')} must be a mean KL divergence of 0 or more, got "
+                f"{self.target_kld}"
+            )
+        if (self.size_budget or self.target_kld is not None) and 4 not in (
+            self.weight_bits,
+            self.embedding_bits,
+        ):
+            raise OptionsError(
+                f"{option('size_budget')} and {option('target_kld')} choose INT8 for some 4-bit "
+                f"weights; add {option('weight_bits', 4)} (and / or {option('embedding_bits', 4)})"
+            )
         if patterns["keep_int8"] and self.weight_bits is None and self.embedding_bits is None:
             raise OptionsError(
                 f"{option('keep_int8')} stores quantized weights in 8 bits, but nothing is "

@@ -14,6 +14,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from engine import sensitivity
 from engine.audit import SessionAudit, audit_model, decide_capture
 from engine.errors import OptionsError, option, render_message
 from engine.genai_config import make_genai_config, processor_files
@@ -139,6 +140,11 @@ def export(
         source = checkpoint
     cancel.raise_if_cancelled()
 
+    precision_note = None
+    if sensitivity.wanted(export_plan.options):
+        export_plan, precision_note = sensitivity.apply(
+            model_dir, spec, export_plan, lambda f, m: progress(0.01 + 0.01 * f, m), cancel
+        )
     feedback = None
     if options.quant_method == "gptq":
         feedback = _calibrate(model_dir, export_plan, progress, cancel)
@@ -188,6 +194,8 @@ def export(
         for name, data in processors.items():
             write_json(staging / name, data)
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
+        if precision_note is not None:
+            notes.append(precision_note)
         if feedback is not None:
             from engine.calibration import describe
 

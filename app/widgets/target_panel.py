@@ -67,6 +67,8 @@ class TargetPanel(QGroupBox):
         self.keep_float.setPlaceholderText("none")
         self.keep_int8 = described(QLineEdit(), "keep_int8")
         self.keep_int8.setPlaceholderText("none")
+        self.size_budget = described(QLineEdit(), "size_budget")
+        self.size_budget.setPlaceholderText("none (e.g. 2.5GB)")
         self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
@@ -128,6 +130,7 @@ class TargetPanel(QGroupBox):
             ("seed", self.seed),
             ("keep_float", self.keep_float),
             ("keep_int8", self.keep_int8),
+            ("size_budget", self.size_budget),
         ):
             advanced.addRow(CONTROLS[key].label, field)
         advanced.addRow(self.symmetric)
@@ -165,6 +168,7 @@ class TargetPanel(QGroupBox):
         self.limit.editingFinished.connect(self._apply)
         self.keep_float.editingFinished.connect(self._apply)
         self.keep_int8.editingFinished.connect(self._apply)
+        self.size_budget.editingFinished.connect(self._apply)
         self.max_length.valueChanged.connect(self._apply)
         self.seed.valueChanged.connect(self._apply)
         self.output.textEdited.connect(lambda text: state.set_output(text.strip()))
@@ -223,6 +227,17 @@ class TargetPanel(QGroupBox):
         if quantized:  # without quantization the patterns wait, as typed, for it to return
             self.keep_int8.setText(", ".join(options.keep_int8))
         self.keep_int8.setEnabled(quantized)
+        budget = options.size_budget
+        self.size_budget.setText(format_bytes(budget).replace(" ", "") if budget else "")
+        self.size_budget.setStyleSheet("")
+        measurable = 4 in (options.weight_bits, options.embedding_bits)
+        self.size_budget.setEnabled(measurable and not self._state.source.is_preset)
+        self.size_budget.setToolTip(
+            CONTROLS["size_budget"].help
+            if not self._state.source.is_preset
+            else "Not available: a preset has no weights to measure; choose by name with "
+            f"“{CONTROLS['keep_int8'].name}”."
+        )
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
         self.limit.setStyleSheet("")
@@ -281,7 +296,8 @@ class TargetPanel(QGroupBox):
         if self._syncing:
             return
         limit = self._custom_limit()
-        if limit is False:
+        budget = self._size_budget()
+        if limit is False or budget is False:
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
@@ -309,7 +325,23 @@ class TargetPanel(QGroupBox):
             force=self.force.isChecked() and limit is not None,
             keep_float=_patterns(self.keep_float),
             keep_int8=_patterns(self.keep_int8) if quantized else (),
+            size_budget=budget if self.size_budget.isEnabled() else None,
         )
+
+    def _size_budget(self) -> int | bool | None:
+        """The size budget in bytes, None for none, False when the text is bad."""
+        text = self.size_budget.text().strip()
+        if not text:
+            self.size_budget.setStyleSheet("")
+            return None
+        try:
+            value = parse_bytes(text)
+        except ValueError as exc:
+            self.size_budget.setStyleSheet(INVALID_STYLE)
+            self.size_budget.setToolTip(f"Not applied: {exc}")
+            return False
+        self.size_budget.setStyleSheet("")
+        return value
 
     def _custom_limit(self) -> int | bool | None:
         """The custom limit in bytes, None for the EP default, False when the text is bad."""

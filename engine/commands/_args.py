@@ -139,6 +139,21 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         "e.g. --weight-bits 4 --keep-int8 'layers.0.*'; repeatable)",
     )
     parser.add_argument(
+        "--size-budget",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help="mixed precision by measured sensitivity: the most bytes the package may take "
+        "(e.g. 20MB); the 4-bit weights that lose the most per byte go to INT8 (needs --model)",
+    )
+    parser.add_argument(
+        "--target-kld",
+        type=float,
+        default=None,
+        metavar="NATS",
+        help="the same choice toward a predicted mean KL divergence (the fewest INT8 weights)",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="write the package even when a tensor exceeds the --max-buffer-size you chose",
@@ -188,6 +203,8 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         attention=args.attention,
         keep_float=tuple(args.keep_float),
         keep_int8=tuple(args.keep_int8),
+        size_budget=args.size_budget,
+        target_kld=args.target_kld,
         force=args.force,
         random_weights=random_weights,
         seed=getattr(args, "seed", 0),

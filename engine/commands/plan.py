@@ -42,9 +42,17 @@ def run(args: argparse.Namespace) -> int:
         raise OptionsError(
             f"{option('top')} must be 1 or more (the largest tensors to list), got {args.top}"
         )
-    result = plan(load_model_spec(args.model, args.preset), options_from_args(args))
+    from engine import sensitivity
+
+    spec = load_model_spec(args.model, args.preset)
+    result = plan(spec, options_from_args(args))
+    chosen = None
+    if sensitivity.wanted(result.options):  # measures: the plan shows the choice per tensor
+        result, chosen = sensitivity.apply(args.model, spec, result)
     check_keep_float(result)
     notes = [render_message(note) for note in plan_notes(result)]
+    if chosen is not None:
+        notes.insert(0, chosen)
     try:
         check_buffer_limit(result)
     except OptionsError as refusal:

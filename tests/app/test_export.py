@@ -421,3 +421,37 @@ def _die(request: object, progress: object, cancel: object) -> None:
     import os
 
     os._exit(3)
+
+
+def test_a_size_budget_exports_the_measured_mixed_precision(qtbot, window: MainWindow, tmp_path):
+    """A checkpoint folder, INT4, a size budget typed as a user would: the export measures
+    each weight and stores the costliest per byte in INT8, within the budget, and says so.
+    A preset cannot be measured: the box is greyed out with the reason."""
+    from app.widgets.target_panel import find_data
+    from tests._support.tiny_llama import make_checkpoint
+
+    panel = window.target_panel
+    assert not panel.size_budget.isEnabled()  # the tiny preset: no weights to measure
+    assert "a preset has no weights" in panel.size_budget.toolTip()
+    model_dir = tmp_path / "my-qwen2"
+    make_checkpoint(model_dir, "qwen2")
+    _choose_folder(window, model_dir)
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("my-qwen2"))
+    for combo, value in ((panel.weight_bits, 4), (panel.embedding_bits, 4), (panel.block_size, 16)):
+        combo.setCurrentIndex(find_data(combo, value))
+    assert panel.size_budget.isEnabled()
+    panel.size_budget.setText("nonsense")
+    panel.size_budget.editingFinished.emit()
+    assert window.state.options.size_budget is None and "Not applied" in panel.size_budget.toolTip()
+    from engine.models import load_spec
+    from engine.plan import plan
+
+    all_int4 = plan(load_spec(model_dir), window.state.export_options()).nbytes
+    budget = int(all_int4 * 1.08)
+    panel.size_budget.setText(str(budget))
+    panel.size_budget.editingFinished.emit()
+    assert window.state.options.size_budget == budget
+    result = _export(qtbot, window, tmp_path / "pkg")
+    assert result is not None, window.banner.text
+    assert any(n.startswith("mixed precision by measured sensitivity") for n in result.notes)
+    assert all_int4 < result.plan.nbytes <= budget

@@ -34,6 +34,9 @@ OPTIONS = st.builds(
     seed=st.sampled_from([0, 7]),
     modalities=st.sampled_from([None, ("text",), ("text", "vision"), ("text", "vision", "audio")]),
     keep_float=st.sampled_from([(), ("lm_head.weight",), ("layers.*.mlp.*", "a,b weights")]),
+    keep_int8=st.sampled_from([(), ("layers.0.*",)]),
+    size_budget=st.sampled_from([None, 2 * 1024**3, 20_131_840]),
+    target_kld=st.sampled_from([None, 0.003, 1e-5]),
     force=st.booleans(),
 )
 

@@ -179,7 +179,7 @@ def test_bad_gptq_requests_are_refused_up_front(qwen2, tmp_path: Path):
     root, _, _ = qwen2
     with pytest.raises(OptionsError, match="quantizes linear weights"):
         ExportOptions(quant_method="gptq").resolve()
-    with pytest.raises(OptionsError, match=r"read by .*gptq only"):
+    with pytest.raises(OptionsError, match=r"read by .*gptq and by .*size-budget"):
         ExportOptions(weight_bits=4, calibration="x.txt").resolve()
     with pytest.raises(OptionsError, match="random weights have none"):
         export(

@@ -1,0 +1,301 @@
+"""Mixed precision chosen by measured sensitivity: ``size_budget`` (the most bytes the
+package may take) or ``target_kld`` (the most mean KL divergence it may lose).
+
+Each 4-bit weight's sensitivity is measured, not guessed: the checkpoint's float model
+(an fp32 CPU package of the text decoder in a temp folder) runs the calibration text with
+only that weight replaced by its 4-bit round trip (the export's own quantizer; an
+onnxruntime session whose initializer is overridden, nothing re-exported), and the mean
+``KL(float || that)`` of the next-token distributions is the weight's cost in INT4. Its
+cost in INT8 is taken as ``(15 / 255) ** 2`` of that (the squared step ratio; all-INT8
+measures about 1/250 of all-INT4 on the trained reference), and the costs of different
+weights are taken to add, as they do for small errors.
+
+The choice is then a knapsack solved greedily: from all-INT4, the weight that buys the
+most KLD per extra byte goes to INT8, then the next, while the budget holds (or until the
+predicted KLD reaches the target). The result is an ordinary ``keep_int8`` list of weight
+names, so the plan shows each tensor's storage and the package's bytes like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.dtypes import numpy_dtype
+from engine.errors import OptionsError, option
+from engine.options import ExportOptions
+from engine.plan_model import ExportPlan, WeightPlan
+from engine.progress import CancelToken, Progress, no_progress
+from engine.spec import ModelSpec
+
+WINDOWS = 4
+"""Calibration windows (of :data:`engine.calibration.SEQUENCE_LENGTH` tokens) scored per
+weight."""
+INT8_RATIO = (15 / 255) ** 2
+"""A weight's KLD in INT8 relative to INT4 (the ratio of their squared quantization steps)."""
+MAX_FLOAT_BYTES = 2 * 1024**3
+"""Largest float32 decoder measured (one onnxruntime session per weight): ~0.5 B parameters."""
+
+
+@dataclass(frozen=True)
+class WeightCost:
+    """One 4-bit weight: what INT4 costs in KLD on the text, and its bytes either way."""
+
+    name: str
+    kld4: float
+    bytes4: int
+    bytes8: int
+
+    @property
+    def gain_per_byte(self) -> float:
+        """KLD saved per extra byte by storing it in INT8."""
+        extra = max(self.bytes8 - self.bytes4, 1)
+        return self.kld4 * (1 - INT8_RATIO) / extra
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """Which weights go to INT8, and what that is predicted to cost."""
+
+    int8: tuple[str, ...]
+    predicted_kld: float
+    """Sum of the INT4 weights' costs and the INT8 ones' :data:`INT8_RATIO` of theirs."""
+    all_int4_kld: float
+    nbytes: int
+    """The package's bytes with the choice."""
+    all_int4_bytes: int
+    costs: tuple[WeightCost, ...]
+    """Every measured weight, most sensitive (per byte) first."""
+
+    def note(self) -> str:
+        return (
+            f"mixed precision by measured sensitivity: {len(self.int8)} of {len(self.costs)} "
+            f"4-bit weights in INT8, predicted mean KLD {self.predicted_kld:.3g} (all-INT4 "
+            f"{self.all_int4_kld:.3g}), {self.nbytes:,} B (all-INT4 {self.all_int4_bytes:,} B)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "costs": [asdict(c) for c in self.costs]}
+
+
+def wanted(options: ExportOptions) -> bool:
+    """The options ask for mixed precision by measured sensitivity."""
+    return options.size_budget is not None or options.target_kld is not None
+
+
+def apply(
+    model_dir: str | os.PathLike[str] | None,
+    spec: ModelSpec,
+    export_plan: ExportPlan,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> tuple[ExportPlan, str]:
+    """The plan with the INT8 weights :func:`choose` picks for its options, and a note
+    that says what was chosen and what it is predicted to cost.
+
+    Raises:
+        OptionsError: No checkpoint (a preset, random weights), or what :func:`choose`
+            refuses.
+    """
+    from engine.plan import plan
+
+    options = export_plan.options
+    if model_dir is None or options.random_weights:
+        raise OptionsError(
+            f"{option('size_budget')} / {option('target_kld')} measure each weight on the "
+            f"checkpoint's float model; random weights have none: choose by name with "
+            f"{option('keep_int8')}"
+        )
+    progress(0.0, "measuring each weight's sensitivity")
+    choice = choose(
+        Path(model_dir), export_plan, lambda changed: plan(spec, changed), progress, cancel
+    )
+    chosen = replace(options, keep_int8=(*options.keep_int8, *choice.int8))
+    return plan(spec, chosen), choice.note()
+
+
+def candidates(export_plan: ExportPlan) -> list[WeightPlan]:
+    """The decoder's 4-bit weights that hold their own bytes (a tied head's table once)."""
+    return [
+        wp for wp in export_plan.decoder.weights if wp.quantized and wp.bits == 4 and not wp.shares
+    ]
+
+
+def choose(
+    model_dir: Path,
+    export_plan: ExportPlan,
+    replan: Any,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> PrecisionChoice:
+    """Measure every 4-bit weight's sensitivity and pick the INT8 ones for the plan's
+    ``size_budget`` or ``target_kld``; ``replan(options)`` plans other options of the
+    same model (the bytes of each weight in INT8).
+
+    Raises:
+        OptionsError: Nothing to choose, a model too large to measure here, a budget below
+            the all-INT4 package or no tokenizer for the calibration text.
+    """
+    options = export_plan.options
+    cancel = cancel or CancelToken()
+    weights = candidates(export_plan)
+    flag = _flag(options)
+    if not weights:
+        raise OptionsError(
+            f"{flag} chooses between INT4 and INT8 per weight, but this plan has no 4-bit "
+            f"weight: add {option('weight_bits', 4)} (and / or {option('embedding_bits', 4)})"
+        )
+    floats = sum(4 * int(np.prod(wp.weight.shape)) for wp in export_plan.decoder.weights)
+    if floats > MAX_FLOAT_BYTES:
+        raise OptionsError(
+            f"{flag} measures each weight on the float model, {floats / 2**30:.1f} GiB for this "
+            f"one, more than the {MAX_FLOAT_BYTES / 2**30:.0f} GiB it measures (models up to "
+            f"about 0.5 B parameters for now); choose by name with {option('keep_int8')}"
+        )
+    base = export_plan.nbytes
+    if options.size_budget is not None and options.size_budget < base:
+        raise OptionsError(
+            f"{flag} is below the all-INT4 package's {base:,} B; give at least that (INT8 "
+            "weights only add bytes)"
+        )
+    names = [wp.name for wp in weights]
+    upgraded = replan(replace(options, keep_int8=(*options.keep_int8, *names)))
+    bytes8 = {wp.name: wp.nbytes for wp in upgraded.decoder.weights}
+    klds = measure(model_dir, export_plan, weights, progress, cancel)
+    costs = sorted(
+        (WeightCost(wp.name, klds[wp.name], wp.nbytes, bytes8[wp.name]) for wp in weights),
+        key=lambda c: c.gain_per_byte,
+        reverse=True,
+    )
+    total = sum(c.kld4 for c in costs)
+    # Greedy by KLD per byte, and by KLD alone (one large sensitive weight can beat many
+    # small ones under a budget): the better of the two.
+    by_gain = sorted(costs, key=lambda c: c.kld4, reverse=True)
+    picks = [_fill(order, options, total, base) for order in (costs, by_gain)]
+    chosen, predicted, nbytes = min(picks, key=lambda p: (p[1], p[2]))
+    return PrecisionChoice(tuple(chosen), predicted, total, nbytes, base, tuple(costs))
+
+
+def _fill(
+    order: list[WeightCost], options: ExportOptions, total: float, base: int
+) -> tuple[list[str], float, int]:
+    """Take weights to INT8 in ``order`` while the budget holds or until the target is
+    reached: ``(names, predicted KLD, bytes)``."""
+    predicted, nbytes, chosen = total, base, []
+    for cost in order:
+        if options.target_kld is not None and predicted <= options.target_kld:
+            break
+        extra = cost.bytes8 - cost.bytes4
+        if options.size_budget is not None and nbytes + extra > options.size_budget:
+            continue  # a smaller weight further down may still fit
+        chosen.append(cost.name)
+        nbytes += extra
+        predicted -= cost.kld4 * (1 - INT8_RATIO)
+    return chosen, predicted, nbytes
+
+
+def _flag(options: ExportOptions) -> str:
+    if options.size_budget is not None:
+        return option("size_budget", f"{options.size_budget:,}")
+    return option("target_kld", options.target_kld)
+
+
+def measure(
+    model_dir: Path,
+    export_plan: ExportPlan,
+    weights: list[WeightPlan],
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> dict[str, float]:
+    """Weight name -> mean KL divergence on the calibration text with only that weight in
+    4 bits (its round trip through the export's quantizer), the rest float."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from engine.calibration import _windows, calibration_tokens, float_model
+
+    cancel = cancel or CancelToken()
+    options, spec = export_plan.options, export_plan.spec
+    # GPTQ's codes need its feedback; the round trip to nearest ranks the weights alike.
+    method = "rtn" if options.quant_method == "gptq" else options.quant_method
+    ids = calibration_tokens(model_dir, options.calibration, spec.vocab_size)
+    windows = _windows(ids, spec.bos_token_id)[:WINDOWS]
+    with tempfile.TemporaryDirectory(prefix="es-sensitivity-", ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        progress(0.0, "sensitivity: the float model")
+        model_file = float_model(model_dir, work, cancel)
+        graph = onnx.load(str(model_file), load_external_data=False).graph
+        stored = {t.name: t for t in graph.initializer}
+        cpu = ["CPUExecutionProvider"]
+        reference = _run(ort.InferenceSession(str(model_file), providers=cpu), windows)
+        out: dict[str, float] = {}
+        for index, wp in enumerate(weights):
+            cancel.raise_if_cancelled()
+            overrides = {}
+            for part in wp.weight.parts or (wp.weight,):
+                if part.name not in stored:
+                    raise OptionsError(f"sensitivity: {part.name} is not in the float model")
+                values = numpy_helper.to_array(stored[part.name], base_dir=str(model_file.parent))
+                overrides[part.name] = _round_trip(
+                    values, wp, method, transposed=wp.weight.role == "linear"
+                )
+            session_options = ort.SessionOptions()
+            kept = {}
+            for name, array in overrides.items():
+                kept[name] = ort.OrtValue.ortvalue_from_numpy(array)
+                session_options.add_initializer(name, kept[name])
+            session = ort.InferenceSession(str(model_file), session_options, providers=cpu)
+            out[wp.name] = _kld(reference, _run(session, windows))
+            del session, kept
+            progress((index + 1) / len(weights), f"sensitivity: {index + 1}/{len(weights)}")
+    return out
+
+
+def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: bool) -> np.ndarray:
+    """``values`` (as the float package stores them) through ``method``'s 4-bit blocks and
+    back, blocks along the input axis and scales in the dtype of the package's."""
+    from engine.quantize import dequantize, quantize
+
+    assert wp.bits is not None and wp.block_size is not None
+    rows = values.T if transposed else values
+    blocks = quantize(
+        np.ascontiguousarray(rows, dtype=np.float32),
+        bits=wp.bits,
+        block_size=wp.block_size,
+        symmetric=wp.symmetric,
+        scale_dtype=numpy_dtype(wp.dtype),
+        method=method,
+        name=wp.name,
+    )
+    back = dequantize(blocks, bits=wp.bits, block_size=wp.block_size)[:, : rows.shape[1]]
+    back = back.astype(np.float32)
+    return np.ascontiguousarray(back.T if transposed else back)
+
+
+def _run(session: Any, windows: list[np.ndarray]) -> list[np.ndarray]:
+    """Log-probabilities [S, V] of every position of each window, one prefill each."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    out = []
+    for seq in windows:
+        feeds: dict[str, np.ndarray] = {
+            "input_ids": seq[None].astype(np.int64),
+            "attention_mask": np.ones((1, len(seq)), np.int64),
+        }
+        for name, info in inputs.items():
+            if name.startswith("past_key_values"):
+                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+        logits = session.run(["logits"], feeds)[0][0].astype(np.float64)
+        logits -= logits.max(axis=-1, keepdims=True)
+        out.append(logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True)))
+    return out
+
+
+def _kld(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
+    total = sum(float((np.exp(p) * (p - q)).sum()) for p, q in zip(reference, other, strict=True))
+    return total / sum(len(p) for p in reference)

@@ -1,0 +1,140 @@
+"""Mixed precision by measured sensitivity (``size_budget`` / ``target_kld``): each 4-bit
+weight's cost is the KL divergence of the float model with only that weight in INT4, and
+the INT8 weights are picked for a size or a quality."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import sensitivity
+from engine.errors import OptionsError
+from engine.models import load_spec
+from engine.options import ExportOptions
+from engine.pipeline import export
+from engine.plan import plan
+from tests._support.cli import cli
+from tests._support.tiny_llama import make_checkpoint
+
+BASE = dict(ep="cpu", dtype="fp32", weight_bits=4, embedding_bits=4, block_size=16)
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2-shaped, tied head (its table is one of the choices), hidden 80."""
+    root = tmp_path_factory.mktemp("sensitivity")
+    make_checkpoint(root / "checkpoint", "qwen2")
+    return root / "checkpoint"
+
+
+@pytest.fixture(scope="module")
+def all_int4(qwen2: Path):
+    return plan(load_spec(qwen2), ExportOptions(**BASE, accuracy_level=0))
+
+
+def test_a_weights_cost_is_the_kld_of_a_package_with_only_it_in_int4(qwen2, all_int4, tmp_path):
+    """The override of one initializer in the float model measures what a real package
+    with that weight alone in INT4 (MatMulNBits, the rest float) loses."""
+    import onnxruntime as ort
+
+    from engine.calibration import _windows, calibration_tokens
+
+    name = "layers.1.mlp.down_proj.weight"
+    (weight,) = [wp for wp in all_int4.decoder.weights if wp.name == name]
+    measured = sensitivity.measure(qwen2, all_int4, [weight])[name]
+    assert measured > 0
+
+    others = [wp.name for wp in sensitivity.candidates(all_int4) if wp.name != name]
+    alone = ExportOptions(**BASE, accuracy_level=0, keep_float=tuple(others))
+    export(tmp_path / "alone", model_dir=qwen2, options=alone)
+    export(tmp_path / "float", model_dir=qwen2, options=ExportOptions(ep="cpu", dtype="fp32"))
+    ids = calibration_tokens(qwen2, None, all_int4.spec.vocab_size)
+    windows = _windows(ids, all_int4.spec.bos_token_id)[: sensitivity.WINDOWS]
+
+    def run(folder: Path) -> list[np.ndarray]:
+        session = ort.InferenceSession(str(folder / "model.onnx"))
+        return sensitivity._run(session, windows)
+
+    package = sensitivity._kld(run(tmp_path / "float"), run(tmp_path / "alone"))
+    assert package == pytest.approx(measured, rel=1e-3)
+
+
+def test_a_size_budget_picks_int8_weights_within_it(qwen2, all_int4, tmp_path):
+    budget = int(all_int4.nbytes * 1.08)
+    options = ExportOptions(**BASE, accuracy_level=0, size_budget=budget)
+    result = export(tmp_path / "pkg", model_dir=qwen2, options=options)
+    int8 = [wp.name for wp in result.plan.decoder.weights if wp.quantized and wp.bits == 8]
+    assert int8 and all_int4.nbytes < result.plan.nbytes <= budget
+    note = next(n for n in result.notes if n.startswith("mixed precision by measured"))
+    assert f"{len(int8)} of {len(sensitivity.candidates(all_int4))} 4-bit weights" in note
+    # The choice, as the plan predicts it: fewer bytes than the budget, less KLD than INT4.
+    spec = load_spec(qwen2)
+    choice = sensitivity.choose(qwen2, plan(spec, options), lambda o: plan(spec, o))
+    assert sorted(choice.int8) == sorted(int8)
+    assert choice.predicted_kld < choice.all_int4_kld and choice.nbytes == result.plan.nbytes
+    # nothing left out would still have fitted: the budget is used up
+    left = budget - choice.nbytes
+    assert all(c.bytes8 - c.bytes4 > left for c in choice.costs if c.name not in int8)
+
+
+def test_a_target_kld_takes_the_fewest_int8_weights(qwen2, all_int4):
+    spec = load_spec(qwen2)
+    base = ExportOptions(**BASE, accuracy_level=0)
+
+    def choose(target: float):
+        options = replace(base, target_kld=target)
+        return sensitivity.choose(qwen2, plan(spec, options), lambda o: plan(spec, o))
+
+    loose = choose(1e9)
+    assert loose.int8 == () and loose.nbytes == all_int4.nbytes
+    half = choose(loose.all_int4_kld / 2)
+    assert half.int8 and half.predicted_kld <= loose.all_int4_kld / 2
+    assert len(half.int8) < len(half.costs)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(size_budget=1000, target_kld=0.1), "not both"),
+        (dict(weight_bits=8, embedding_bits=None, size_budget=10**6), "choose INT8 for some 4-bit"),
+        (dict(target_kld=-1.0), "of 0 or more"),
+    ],
+)
+def test_bad_requests_are_refused_up_front(changes, message):
+    with pytest.raises(OptionsError, match=message):
+        ExportOptions(**{**BASE, **changes}).resolve()
+
+
+def test_what_cannot_be_measured_is_refused(qwen2, all_int4, tmp_path):
+    small = ExportOptions(**BASE, size_budget=all_int4.nbytes - 1)
+    with pytest.raises(OptionsError, match="below the all-INT4 package's"):
+        export(tmp_path / "a", model_dir=qwen2, options=small)
+    random = ExportOptions(**BASE, size_budget=10**9, random_weights=True)
+    with pytest.raises(OptionsError, match="random weights have none"):
+        export(tmp_path / "b", preset="qwen3-0.6b", options=random)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_plan_shows_the_choice_per_tensor(qwen2, all_int4):
+    budget = int(all_int4.nbytes * 1.08)
+    shown = cli(
+        "plan",
+        "--model",
+        str(qwen2),
+        "--weight-bits",
+        "4",
+        "--embedding-bits",
+        "4",
+        "--block-size",
+        "16",
+        "--size-budget",
+        str(budget),
+        "--top",
+        "100",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "note: mixed precision by measured sensitivity" in shown.stdout
+    assert "int8 b16" in shown.stdout and "int4 b16" in shown.stdout
