@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import sysconfig
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -249,12 +248,9 @@ def _accumulate(
         del session  # before the temp folder goes (Windows cannot delete open files)
 
 
-def describe(
-    feedback: Mapping[str, Feedback], applied: set[str], fallbacks: set[str] | None = None
-) -> str:
+def describe(applied: set[str], inputs: int, fallbacks: set[str] | None = None) -> str:
     """A note for the export summary: the weights GPTQ quantized (``applied``), over how
     many distinct inputs, and those that fell back to round to nearest."""
-    inputs = len({id(f) for name, f in feedback.items() if name in applied})
     tables = sorted(name for name in applied if name.startswith("embed_tokens"))
     note = f"GPTQ (act order): {len(applied)} weights calibrated over {inputs} inputs"
     if tables:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.options import ExportOptions
-from engine.units import parse_bytes
+from engine.units import exact_size
 
 PROGRAM = ("python", "-m", "engine")
 _NOT_OPTIONS = {"random_weights", "seed"}
@@ -110,13 +110,5 @@ def _flag(action: argparse.Action, value: Any) -> list[str]:
     if isinstance(value, (tuple, list)):
         return [flag, ",".join(map(str, value))]
     if action.type is not None and getattr(action.type, "__name__", "") == "size":
-        return [flag, _size(int(value))]
+        return [flag, exact_size(int(value))]
     return [flag, str(value)]
-
-
-def _size(n: int) -> str:
-    """Bytes as the CLI reads them, in the largest binary unit that is exact."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n % scale == 0 and parse_bytes(f"{n // scale}{unit}") == n:
-            return f"{n // scale}{unit}"
-    return str(n)

@@ -43,7 +43,8 @@ class ExportOptions:
     symmetric: bool = False
     quant_method: QuantMethod = "rtn"
     """``rtn``, ``search`` (per-block scale search) or ``gptq`` (error feedback from the
-    linears' inputs on calibration text, :mod:`engine.calibration`; embeddings stay RTN)."""
+    linears' inputs on calibration text, :mod:`engine.calibration`; a token table a tied
+    head reads is calibrated as that head, other tables stay RTN)."""
     calibration: str | None = None
     """A UTF-8 text file whose tokens calibrate ``gptq`` and the sensitivity measurement of
     ``size_budget`` / ``target_kld``; None = the built-in sample."""

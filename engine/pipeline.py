@@ -36,7 +36,7 @@ from engine.package import (
     write_json,
 )
 from engine.plan import ExportPlan, plan
-from engine.preflight import preflight
+from engine.preflight import check_buffer_limit, check_resources, preflight
 from engine.presets import load_preset
 from engine.processors import read_processing
 from engine.progress import CancelToken, Progress, no_progress
@@ -145,6 +145,8 @@ def export(
         export_plan, precision_note = sensitivity.apply(
             model_dir, spec, export_plan, lambda f, m: progress(0.01 + 0.01 * f, m), cancel
         )
+        check_buffer_limit(export_plan)  # the INT8 weights are larger: checked again
+        check_resources(export_plan, out)
     feedback = None
     if options.quant_method == "gptq":
         feedback = _calibrate(model_dir, export_plan, progress, cancel)
@@ -199,7 +201,8 @@ def export(
         if feedback is not None:
             from engine.calibration import describe
 
-            notes.append(describe(feedback, factory.gptq_applied, factory.gptq_fallbacks))
+            applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
+            notes.append(describe(applied, inputs, factory.gptq_fallbacks))
         tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
         package_files = [*folder_files(staging), MANIFEST]

@@ -71,13 +71,22 @@ class PrecisionChoice:
     all_int4_bytes: int
     costs: tuple[WeightCost, ...]
     """Every measured weight, most sensitive (per byte) first."""
+    target_kld: float | None = None
 
     def note(self) -> str:
-        return (
+        note = (
             f"mixed precision by measured sensitivity: {len(self.int8)} of {len(self.costs)} "
             f"4-bit weights in INT8, predicted mean KLD {self.predicted_kld:.3g} (all-INT4 "
             f"{self.all_int4_kld:.3g}), {self.nbytes:,} B (all-INT4 {self.all_int4_bytes:,} B)"
         )
+        if not self.costs:
+            note += "; no 4-bit weight's INT8 form fits the budget, nothing was measured"
+        if self.target_kld is not None and self.predicted_kld > self.target_kld:
+            note += (
+                f"; the target {self.target_kld:g} is out of reach even with every measured "
+                "weight in INT8 (8-bit weights everywhere, or float ones, lose less)"
+            )
+        return note
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "costs": [asdict(c) for c in self.costs]}
@@ -106,10 +115,11 @@ def apply(
 
     options = export_plan.options
     if model_dir is None or options.random_weights:
+        what = "a preset has no weights" if model_dir is None else "random weights have none"
         raise OptionsError(
             f"{option('size_budget')} / {option('target_kld')} measure each weight on the "
-            f"checkpoint's float model; random weights have none: choose by name with "
-            f"{option('keep_int8')}"
+            f"checkpoint's float model, and {what}: give the checkpoint folder, or choose by "
+            f"name with {option('keep_int8')}"
         )
     progress(0.0, "measuring each weight's sensitivity")
     choice = choose(
@@ -120,9 +130,12 @@ def apply(
 
 
 def candidates(export_plan: ExportPlan) -> list[WeightPlan]:
-    """The decoder's 4-bit weights that hold their own bytes (a tied head's table once)."""
+    """The decoder's 4-bit weights that hold their own bytes (a tied head's table once);
+    expert tables ``[E, N, K]`` keep the chosen bits."""
     return [
-        wp for wp in export_plan.decoder.weights if wp.quantized and wp.bits == 4 and not wp.shares
+        wp
+        for wp in export_plan.decoder.weights
+        if wp.quantized and wp.bits == 4 and not wp.shares and len(wp.weight.shape) == 2
     ]
 
 
@@ -166,19 +179,40 @@ def choose(
     names = [wp.name for wp in weights]
     upgraded = replan(replace(options, keep_int8=(*options.keep_int8, *names)))
     bytes8 = {wp.name: wp.nbytes for wp in upgraded.decoder.weights}
+    if options.size_budget is not None:  # measure only what could still fit
+        room = options.size_budget - base
+        weights = [wp for wp in weights if bytes8[wp.name] - wp.nbytes <= room]
+        if not weights:
+            return PrecisionChoice((), 0.0, 0.0, base, base, ())
     klds = measure(model_dir, export_plan, weights, progress, cancel)
     costs = sorted(
         (WeightCost(wp.name, klds[wp.name], wp.nbytes, bytes8[wp.name]) for wp in weights),
         key=lambda c: c.gain_per_byte,
         reverse=True,
     )
+    chosen, predicted, nbytes = pick(costs, options, base)
     total = sum(c.kld4 for c in costs)
-    # Greedy by KLD per byte, and by KLD alone (one large sensitive weight can beat many
-    # small ones under a budget): the better of the two.
+    return PrecisionChoice(
+        tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld
+    )
+
+
+def pick(
+    costs: list[WeightCost], options: ExportOptions, base: int
+) -> tuple[list[str], float, int]:
+    """``(INT8 names, predicted KLD, bytes)`` for the options' budget or target, from the
+    measured costs and the all-INT4 bytes ``base``. Greedy by KLD per byte, and by KLD
+    alone (one large sensitive weight can beat many small ones under a budget): for a
+    target, the fewer bytes of the two that reach it; for a budget, the less KLD."""
+    total = sum(c.kld4 for c in costs)
+    by_ratio = sorted(costs, key=lambda c: c.gain_per_byte, reverse=True)
     by_gain = sorted(costs, key=lambda c: c.kld4, reverse=True)
-    picks = [_fill(order, options, total, base) for order in (costs, by_gain)]
-    chosen, predicted, nbytes = min(picks, key=lambda p: (p[1], p[2]))
-    return PrecisionChoice(tuple(chosen), predicted, total, nbytes, base, tuple(costs))
+    picks = [_fill(order, options, total, base) for order in (by_ratio, by_gain)]
+    target = options.target_kld
+    reached = [p for p in picks if target is not None and p[1] <= target]
+    if reached:
+        return min(reached, key=lambda p: (p[2], p[1]))
+    return min(picks, key=lambda p: (p[1], p[2]))
 
 
 def _fill(
@@ -251,8 +285,10 @@ def measure(
                 kept[name] = ort.OrtValue.ortvalue_from_numpy(array)
                 session_options.add_initializer(name, kept[name])
             session = ort.InferenceSession(str(model_file), session_options, providers=cpu)
-            out[wp.name] = _kld(reference, _run(session, windows))
-            del session, kept
+            try:
+                out[wp.name] = _kld(reference, _run(session, windows))
+            finally:
+                del session, kept  # before the temp folder goes (Windows keeps open files)
             progress((index + 1) / len(weights), f"sensitivity: {index + 1}/{len(weights)}")
     return out
 

@@ -38,3 +38,12 @@ def parse_bytes(text: str) -> int:
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"cannot read '{text}' as a size; write e.g. 268435456, 256MiB or 1GiB")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def exact_size(n: int) -> str:
+    """Bytes as :func:`parse_bytes` reads them back exactly: in the largest binary unit that
+    divides them (``256MiB``), else the plain number."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n % scale == 0 and parse_bytes(f"{n // scale}{unit}") == n:
+            return f"{n // scale}{unit}"
+    return str(n)

@@ -35,7 +35,7 @@ from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
-from engine.units import format_bytes, parse_bytes
+from engine.units import exact_size, format_bytes, parse_bytes
 
 INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
 CONSTRAINED = ("graph_capture", "weight_bits", "embedding_bits", "block_size", "attention")
@@ -228,15 +228,14 @@ class TargetPanel(QGroupBox):
             self.keep_int8.setText(", ".join(options.keep_int8))
         self.keep_int8.setEnabled(quantized)
         budget = options.size_budget
-        self.size_budget.setText(format_bytes(budget).replace(" ", "") if budget else "")
+        self.size_budget.setText(exact_size(budget) if budget else "")  # reads back exactly
         self.size_budget.setStyleSheet("")
-        measurable = 4 in (options.weight_bits, options.embedding_bits)
-        self.size_budget.setEnabled(measurable and not self._state.source.is_preset)
+        why = self._budget_unavailable(
+            options.weight_bits, options.embedding_bits, options.random_weights
+        )
+        self.size_budget.setEnabled(why is None)
         self.size_budget.setToolTip(
-            CONTROLS["size_budget"].help
-            if not self._state.source.is_preset
-            else "Not available: a preset has no weights to measure; choose by name with "
-            f"“{CONTROLS['keep_int8'].name}”."
+            CONTROLS["size_budget"].help if why is None else f"Not available: {why}."
         )
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
@@ -325,8 +324,27 @@ class TargetPanel(QGroupBox):
             force=self.force.isChecked() and limit is not None,
             keep_float=_patterns(self.keep_float),
             keep_int8=_patterns(self.keep_int8) if quantized else (),
-            size_budget=budget if self.size_budget.isEnabled() else None,
+            size_budget=budget if self._budget_applies() else None,
         )
+
+    def _budget_unavailable(
+        self, weight_bits: int | None, embedding_bits: int | None, random_weights: bool
+    ) -> str | None:
+        """Why the size budget cannot apply to these choices, or None."""
+        keep = CONTROLS["keep_int8"].name
+        if self._state.source.is_preset:
+            return f"a preset has no weights to measure; choose by name with “{keep}”"
+        if random_weights:
+            return f"random weights leave nothing to measure; choose by name with “{keep}”"
+        if 4 not in (weight_bits, embedding_bits):
+            return "it picks INT8 for some 4-bit weights; choose 4 weight or embedding bits"
+        return None
+
+    def _budget_applies(self) -> bool:
+        """The budget box's value applies to the choices now in the widgets."""
+        random = self.random_weights.isChecked() and not self._state.source.is_preset
+        bits = (self.weight_bits.currentData(), self.embedding_bits.currentData())
+        return self._budget_unavailable(*bits, random) is None
 
     def _size_budget(self) -> int | bool | None:
         """The size budget in bytes, None for none, False when the text is bad."""

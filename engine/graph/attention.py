@@ -118,9 +118,11 @@ def long_offset(
     ``margin`` below one) exceeds the original length, else 0, in ``length``'s dtype."""
     rows, original = switch
     op, name = ctx.op, np.dtype(dtype).name
-    longer = op.Greater(length, _scalar(ctx, original - margin, dtype, f"rope_original_{name}"))
+    bound = original - margin
+    longer = op.Greater(length, _scalar(ctx, bound, dtype, f"rope_bound_{bound}_{name}"))
     ir_dtype = ir.DataType.from_numpy(np.dtype(dtype))
-    return op.Mul(op.Cast(longer, to=ir_dtype), _scalar(ctx, rows, dtype, f"rope_rows_{name}"))
+    rows_value = _scalar(ctx, rows, dtype, f"rope_rows_{rows}_{name}")
+    return op.Mul(op.Cast(longer, to=ir_dtype), rows_value)
 
 
 def _scalar(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
@@ -188,15 +190,34 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
     for kind in rotary_kinds(ctx.spec):
         cos, sin = rope_caches(ctx, kind)
         switch = long_rope(ctx, kind)
-        if switch is not None:  # GroupQueryAttention reads rows by position: one set
-            start = op.Unsqueeze(
-                long_offset(ctx, inputs.total_length, switch, np.int32), ctx.ints([0])
-            )
-            end = op.Add(start, ctx.const(np.array([switch[0]], np.int32)))
-            axes = ctx.const(np.array([0], np.int32), name="axes_0_i32")
-            cos, sin = op.Slice(cos, start, end, axes), op.Slice(sin, start, end, axes)
+        if switch is not None:
+            cos, sin = _one_set(ctx, cos, sin, seqlens_k, switch)
         inputs.caches[kind] = (cos, sin)
     return inputs
+
+
+def _one_set(
+    ctx: BuildContext,
+    cos: ir.Value,
+    sin: ir.Value,
+    seqlens_k: ir.Value,
+    switch: tuple[int, int],
+) -> tuple[ir.Value, ir.Value]:
+    """GroupQueryAttention reads its caches' rows by position: hand it longrope's short or
+    long set whole. The choice comes from the mask's values (the longest valid length, as
+    ``seqlens_k`` holds it), not from ``total_sequence_length``, which is the buffer's
+    length under graph capture (genai's static mask), and it is a Gather on the device:
+    a Slice would need its starts on the host (a copy that breaks CUDA graphs)."""
+    op = ctx.op
+    rows, original = switch
+    last = op.ReduceMax(seqlens_k, ctx.ints([0]), keepdims=0)  # the longest length - 1
+    longer = op.Greater(last, _scalar(ctx, original - 1, np.int32, f"rope_last_short_{original}"))
+    index = op.Cast(longer, to=ir.DataType.INT32)
+    picked = []
+    for cache in (cos, sin):
+        stacked = op.Reshape(cache, ctx.ints([2, rows, -1]))  # [short; long]
+        picked.append(op.Gather(stacked, index, axis=0))
+    return picked[0], picked[1]
 
 
 def query_positions(ctx: BuildContext, tokens: ir.Value, attention_mask: ir.Value) -> ir.Value:

@@ -108,6 +108,11 @@ def text_ids(pkg: Package, text: str, limit: int) -> list[int]:
         raise PackageError(f"{path} cannot be loaded by tokenizers: {exc}") from None
     ids = [i for i in tokenizer.encode(text).ids if 0 <= i < pkg.vocab_size]
     ids = ids[: min(limit + 1, pkg.max_length)]
+    if limit < 2:
+        raise OptionsError(
+            f"{option('text_tokens', 'N')} is {limit}: score at least 2 positions (or 0 for "
+            "no quality run)"
+        )
     if len(ids) < 3:
         raise OptionsError(
             f"the text is {len(ids)} token(s) long in this package's tokenizer; give at "
@@ -149,9 +154,13 @@ def text_quality(
     source: str,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
+    *,
+    cached: bool = False,
 ) -> TextQuality:
     """Score a package (through ``runner``, a :class:`~engine.runtime.runner.Runner`)
-    against a loaded transformers ``model`` on ``ids``."""
+    against a loaded transformers ``model`` on ``ids``; ``cached``: transformers one token
+    at a time through its cache, as the package runs (longrope past its original length),
+    instead of one forward over the text."""
     import torch
 
     from engine.runtime.session import one_line
@@ -159,12 +168,19 @@ def text_quality(
     progress(0.0, f"transformers on {len(ids)} tokens of text")
     try:
         with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+            if not cached:
+                reference = model(input_ids=torch.tensor([ids])).logits[0, :-1].float().numpy()
+            else:
+                out = model(input_ids=torch.tensor([ids[:1]]), use_cache=True)
+                rows = [out.logits[0, -1].float().numpy()]
+                for token in ids[1:-1]:
+                    out = model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+                    rows.append(out.logits[0, -1].float().numpy())
+                reference = np.stack(rows)
     except Exception as exc:  # torch and transformers raise many types
         raise OptionsError(
             f"transformers failed on {len(ids)} tokens of text: {one_line(exc)}"
         ) from exc
-    reference = out.logits[0, :-1].float().numpy()
     progress(0.3, "the package on the same tokens")
     run = runner.generate(ids[:1], len(ids) - 1, forced=ids[1:], keep_logits=True, cancel=cancel)
     progress(1.0, "scored")

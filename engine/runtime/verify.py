@@ -25,6 +25,7 @@ from engine.runtime.limits import check_lengths, check_seed
 from engine.runtime.package import Package, open_package
 from engine.runtime.quality import DEFAULT_TOKENS, TextQuality, read_text, text_ids, text_quality
 from engine.runtime.session import one_line, require_provider
+from engine.spec import ModelSpec
 
 
 def check_package_tokenizer(pkg: Package) -> None:
@@ -245,8 +246,15 @@ def verify(
     share = 0.6 if text_ids_ is None else 0.4
     progress(0.0, "running transformers")
     model = load_reference(model_dir)
+    switch = longrope_switch(spec)
     ref_tokens, ref_logits = reference_greedy(
-        model_dir, ids, steps, sub_progress(progress, 0.0, share), cancel, model=model
+        model_dir,
+        ids,
+        steps,
+        sub_progress(progress, 0.0, share),
+        cancel,
+        model=model,
+        cached=switch is not None and len(ids) + steps > switch,
     )
     progress(share, "running the package")
     runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
@@ -255,7 +263,12 @@ def verify(
     quality = None
     if text_ids_ is not None:
         quality = text_quality(
-            runner, model, *text_ids_, sub_progress(progress, 2 * share, 1.0), cancel
+            runner,
+            model,
+            *text_ids_,
+            sub_progress(progress, 2 * share, 1.0),
+            cancel,
+            cached=switch is not None and len(text_ids_[0]) > switch,
         )
     result = verdict(
         pkg, model_dir, runner, ids, ref_tokens, ref_logits, logits, tolerance, progress, started
@@ -304,6 +317,17 @@ def verdict(
     )
 
 
+def longrope_switch(spec: ModelSpec) -> int | None:
+    """The sequence length past which the model's longrope takes its long factors (the
+    shortest original length of its RoPEs), or None without longrope."""
+    lengths = [
+        rope.original_max_position_embeddings
+        for rope in spec.rope.values()
+        if rope.kind == "longrope" and rope.original_max_position_embeddings is not None
+    ]
+    return min(lengths) if lengths else None
+
+
 def load_reference(model_dir: str | os.PathLike[str]) -> Any:
     """The checkpoint in transformers, float32, in eval mode.
 
@@ -333,21 +357,32 @@ def reference_greedy(
     cancel: CancelToken | None = None,
     *,
     model: Any = None,
+    cached: bool = False,
 ) -> tuple[list[int], list[np.ndarray]]:
     """transformers' greedy tokens and float32 last-position logits per step (``model``:
-    the checkpoint already loaded by :func:`load_reference`)."""
+    the checkpoint already loaded by :func:`load_reference`). ``cached``: through
+    transformers' cache, one token per step, as a package runs, instead of a full forward
+    per step: what longrope needs once a run passes its original length (the cached keys
+    keep the short factors they were rotated with; a full forward rotates all by the long)."""
     import torch
 
     model = model if model is not None else load_reference(model_dir)
     ids = list(prompt)
     tokens: list[int] = []
     logits: list[np.ndarray] = []
+    cache = None
     with torch.no_grad():
         for i in range(steps):
             if cancel is not None:
                 cancel.raise_if_cancelled()
             try:
-                out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+                if not cached:
+                    out = model(input_ids=torch.tensor([ids], dtype=torch.long))
+                else:
+                    feed = ids if cache is None else ids[-1:]
+                    step = torch.tensor([feed], dtype=torch.long)
+                    out = model(input_ids=step, cache=cache, use_cache=True)
+                    cache = out.cache
             except Exception as exc:  # torch and transformers raise many types
                 raise RuntimeUnavailableError(
                     f"transformers failed running '{model_dir}' on a prompt of {len(ids)} "

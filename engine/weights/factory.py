@@ -112,6 +112,8 @@ class TensorFactory:
         self.gptq_fallbacks: set[str] = set()
         self.gptq_applied: set[str] = set()
         """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
+        self.gptq_inputs: set[int] = set()
+        """The distinct inputs (``id`` of their Feedback) those weights were calibrated on."""
         """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
@@ -284,6 +286,7 @@ class TensorFactory:
             from engine.quantize.gptq import gptq_quantize
 
             self.gptq_applied.add(weight.name)
+            self.gptq_inputs.add(id(feedback))
             blocks = gptq_quantize(
                 rows.reshape(-1, cols),
                 feedback,

@@ -451,7 +451,20 @@ def test_a_size_budget_exports_the_measured_mixed_precision(qtbot, window: MainW
     panel.size_budget.setText(str(budget))
     panel.size_budget.editingFinished.emit()
     assert window.state.options.size_budget == budget
+    # another control's change keeps the exact bytes (the box shows them as they read back)
+    panel.quant_method.setCurrentIndex(find_data(panel.quant_method, "search"))
+    panel.quant_method.setCurrentIndex(find_data(panel.quant_method, "rtn"))
+    assert window.state.options.size_budget == budget
     result = _export(qtbot, window, tmp_path / "pkg")
     assert result is not None, window.banner.text
     assert any(n.startswith("mixed precision by measured sensitivity") for n in result.notes)
     assert all_int4 < result.plan.nbytes <= budget
+    # 8-bit weights leave nothing to choose: the budget no longer applies, and says why
+    panel.weight_bits.setCurrentIndex(find_data(panel.weight_bits, 8))
+    panel.embedding_bits.setCurrentIndex(find_data(panel.embedding_bits, 8))
+    assert window.state.options.size_budget is None and not panel.size_budget.isEnabled()
+    assert "choose 4 weight or embedding bits" in panel.size_budget.toolTip()
+    panel.weight_bits.setCurrentIndex(find_data(panel.weight_bits, 4))
+    panel.random_weights.setChecked(True)  # random weights: nothing to measure either
+    assert not panel.size_budget.isEnabled()
+    assert "random weights leave nothing to measure" in panel.size_budget.toolTip()

@@ -138,3 +138,56 @@ def test_cuda_packages_switch_tf32_off(checkpoint: Path, tmp_path: Path, dtype: 
         package.config["model"]["decoder"], caps_of("cuda").genai_provider
     )
     assert options["use_tf32"] == "0"
+
+
+def _shared_buffer_logits(
+    package: Path, prompt: list[int], forced: list[int], max_length: int, *, static: bool
+) -> np.ndarray:
+    """Teacher-forced last-position logits of a shared-buffer GQA package on the CPU EP,
+    with the mask genai passes: ``[1, total]``, or under graph capture the static
+    ``[1, max_length]`` (ones then zeros) whose width is the buffer's, not the sequence's."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    names = [o.name for o in session.get_outputs()]
+    kv = np.float16 if "float16" in inputs["past_key_values.0.key"].type else np.float32
+    index = np.int64 if "int64" in inputs["input_ids"].type else np.int32
+    past = {
+        name: np.zeros((1, info.shape[1], max_length, info.shape[3]), kv)
+        for name, info in inputs.items()
+        if name.startswith("past_key_values")
+    }
+    ids, total, rows = list(prompt), len(prompt), []
+    for step in range(len(forced) + 1):
+        mask = np.zeros((1, max_length if static else total), index)
+        mask[0, :total] = 1
+        feeds = {"input_ids": np.array([ids], index), "attention_mask": mask, **past}
+        out = dict(zip(names, session.run(None, feeds), strict=True))
+        rows.append(out["logits"][0, -1].astype(np.float32))
+        past = {
+            n.replace("present", "past_key_values"): v for n, v in out.items() if "present" in n
+        }
+        if step < len(forced):
+            ids, total = [forced[step]], total + 1
+    return np.stack(rows)
+
+
+def test_longrope_picks_its_set_by_the_valid_length_under_the_static_capture_mask(tmp_path: Path):
+    """Phi-4's longrope switches to its long factors once the sequence passes the original
+    length (16 here). Under CUDA graphs genai's mask is as wide as the buffer, so the CUDA
+    package must count the mask's ones, not its width: with the static mask it computes
+    exactly what it does with the growing one (the width would pick the long set from the
+    first token: a 1.15 logit difference), and both stay on transformers' fp16 track."""
+    from tests._support.tiny_gemma import hf_greedy
+
+    model = make_checkpoint(tmp_path / "phi4", "phi4")
+    steps = 24  # 12 + 24 positions: past the original length
+    tokens, logits = hf_greedy(model, PROMPT, steps)
+    options = ExportOptions(ep="cuda", dtype="fp16", attention="gqa", max_length=64)
+    export(tmp_path / "pkg", model_dir=tmp_path / "phi4", options=options)
+    growing = _shared_buffer_logits(tmp_path / "pkg", PROMPT, tokens, 64, static=False)
+    static = _shared_buffer_logits(tmp_path / "pkg", PROMPT, tokens, 64, static=True)
+    np.testing.assert_array_equal(static, growing)
+    reference = np.stack([step[-1] for step in logits])
+    assert float(np.abs(static - reference).max()) < 0.05

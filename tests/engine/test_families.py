@@ -364,6 +364,18 @@ def test_published_rope_fields_are_read_as_transformers_reads_them():
             "'long_factor' must hold positive numbers only",
         ),
         ("phi3", {"partial_rotary_factor": 0.3}, "rotates 9 of head_dim 32 channels"),
+        (
+            "phi3",
+            {
+                "original_max_position_embeddings": 0,
+                "rope_scaling": {
+                    "type": "longrope",
+                    "short_factor": [1] * 16,
+                    "long_factor": [1] * 16,
+                },
+            },
+            "'original_max_position_embeddings' must be at least 1",
+        ),
         ("qwen3", {"partial_rotary_factor": 0.5}, "partial_rotary_factor with q/k norms"),
         ("smollm3", {"no_rope_layers": [1, 2, 1]}, "must be a list of 0 and 1"),
         ("gemma3_text", {"use_bidirectional_attention": True}, "EmbeddingGemma"),
@@ -407,6 +419,22 @@ def test_presets_hold_the_published_parameter_counts(preset: str, non_embedding:
     summary = model_summary(spec)
     tables = spec.vocab_size * spec.hidden_size * (1 if spec.tie_word_embeddings else 2)
     assert abs(summary["parameters"] - tables - non_embedding) / non_embedding < 0.02
+
+
+def test_phi3s_original_length_is_read_where_transformers_reads_it():
+    """Phi-3 keeps original_max_position_embeddings beside the rope fields, and transformers
+    takes that one first (Phi3Config's 4096 when the config has none): its Phi3Config of
+    these two configs holds 16 and 4096."""
+    factors = {"short_factor": [1.0] * 16, "long_factor": [2.0] * 16}
+    inner = {"type": "longrope", "original_max_position_embeddings": 8, **factors}
+    both = spec_from_config(
+        _config("phi3", original_max_position_embeddings=16, rope_scaling=inner)
+    ).rope["full"]
+    assert both.original_max_position_embeddings == 16 and both.factor == 256 / 16
+    default = spec_from_config(
+        _config("phi3", max_position_embeddings=8192, rope_scaling={"type": "longrope", **factors})
+    ).rope["full"]
+    assert default.kind == "longrope" and default.original_max_position_embeddings == 4096
 
 
 def test_phi4_mini_preset_is_read_as_transformers_reads_it():

@@ -96,3 +96,26 @@ def test_the_cli_prints_quality_and_refuses_bad_text(made, tmp_path: Path):
         binary = tmp_path / "bin.txt"
         binary.write_bytes(b"\xff\xfe\x00\x81")
         read_text(binary)
+
+
+def test_longrope_past_its_original_length_is_verified_through_the_cache(tmp_path: Path):
+    """Phi-4's longrope takes its long factors once a run passes the original length (16):
+    the package rotates each new token with the set of its step, as transformers does
+    through its cache, so verify's transformers runs that way too. A float package then
+    loses nothing over 24 steps and 40 text positions past the switch."""
+    from tests._support.tiny_llama import make_checkpoint
+
+    make_checkpoint(tmp_path / "phi4", "phi4")
+    export(tmp_path / "pkg", model_dir=tmp_path / "phi4", options=ExportOptions(dtype="fp32"))
+    result = verify(tmp_path / "pkg", tmp_path / "phi4", steps=24, quality_tokens=40)
+    assert result.passed, result.reasons
+    assert result.max_abs_diff <= 1e-4 and result.greedy_tokens_identical
+    assert result.quality is not None and result.quality.tokens == 40
+    assert result.quality.mean_kld < 1e-8 and result.quality.top1_agreement == 1.0
+
+
+def test_the_cli_default_is_the_engines():
+    from engine.commands.verify import TEXT_TOKENS
+    from engine.runtime.quality import DEFAULT_TOKENS
+
+    assert TEXT_TOKENS == DEFAULT_TOKENS

@@ -113,9 +113,11 @@ def test_what_cannot_be_measured_is_refused(qwen2, all_int4, tmp_path):
     with pytest.raises(OptionsError, match="below the all-INT4 package's"):
         export(tmp_path / "a", model_dir=qwen2, options=small)
     random = ExportOptions(**BASE, size_budget=10**9, random_weights=True)
-    with pytest.raises(OptionsError, match="random weights have none"):
+    with pytest.raises(OptionsError, match="a preset has no weights"):
         export(tmp_path / "b", preset="qwen3-0.6b", options=random)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(OptionsError, match="random weights have none"):
+        export(tmp_path / "c", model_dir=qwen2, options=random)
+    assert not any((tmp_path / name).exists() for name in "abc")
 
 
 def test_plan_shows_the_choice_per_tensor(qwen2, all_int4):
@@ -138,3 +140,26 @@ def test_plan_shows_the_choice_per_tensor(qwen2, all_int4):
     assert shown.returncode == 0, shown.stderr
     assert "note: mixed precision by measured sensitivity" in shown.stdout
     assert "int8 b16" in shown.stdout and "int4 b16" in shown.stdout
+
+
+def test_the_pick_meets_a_target_with_the_fewest_bytes_and_a_budget_with_the_least_kld():
+    """One large sensitive weight against two small ones: a target two small ones reach
+    takes them (20 B), not the large one (1000 B); a budget that fits only the small ones
+    takes them; one that fits the large one alone takes whichever predicts less."""
+    from engine.sensitivity import INT8_RATIO, WeightCost, pick
+
+    costs = [
+        WeightCost("large", 1.0, 1000, 2000),
+        WeightCost("b", 0.6, 10, 20),
+        WeightCost("c", 0.35, 10, 20),
+    ]
+    total, base = 1.95, 1020
+    names, predicted, nbytes = pick(costs, ExportOptions(target_kld=1.2), base)
+    assert sorted(names) == ["b", "c"] and nbytes == base + 20
+    assert predicted == pytest.approx(total - 0.95 * (1 - INT8_RATIO))
+    names, _, nbytes = pick(costs, ExportOptions(size_budget=base + 25), base)
+    assert sorted(names) == ["b", "c"] and nbytes == base + 20
+    names, predicted, _ = pick(costs, ExportOptions(size_budget=base + 1000), base)
+    assert names == ["large"]  # 1.0 of KLD bought against the small pair's 0.95
+    names, predicted, nbytes = pick(costs, ExportOptions(target_kld=10.0), base)
+    assert (names, nbytes) == ([], base) and predicted == pytest.approx(total)

@@ -26,6 +26,12 @@ ROPE_TYPES: tuple[RopeKind, ...] = ("default", "linear", "llama3", "yarn", "long
 
 DEFAULT_THETA = 10_000.0
 """transformers' ``rope_theta`` when a config names none."""
+PHI3_ORIGINAL_LENGTH = 4096
+"""Phi3Config's ``original_max_position_embeddings`` when a config names none."""
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 @dataclass(frozen=True)
@@ -237,9 +243,16 @@ def _rope(fields: ConfigFields, max_positions: int, model_type: str) -> RopeSpec
         entry["rope_type"] = "longrope"
     rope_type = entry.get("rope_type", entry.get("type"))
     if rope_type in ("llama3", "yarn", "longrope"):
-        original = fields.data.get("original_max_position_embeddings") or max_positions
-        entry.setdefault("original_max_position_embeddings", original)
-    if rope_type == "longrope" and entry.get("factor") is None:
+        # transformers: a top-level original_max_position_embeddings wins over the rope
+        # fields' (Phi3Config always has one, 4096 by default); else max_position_embeddings
+        top = fields.optional("original_max_position_embeddings", None, least=1)
+        if top is None and model_type == "phi3":
+            top = PHI3_ORIGINAL_LENGTH
+        if top is not None:
+            entry["original_max_position_embeddings"] = top
+        entry.setdefault("original_max_position_embeddings", max_positions)
+    original: Any = entry.get("original_max_position_embeddings")
+    if rope_type == "longrope" and entry.get("factor") is None and _is_count(original):
         # transformers: the ratio of the two lengths sets the attention factor
-        entry["factor"] = max_positions / entry["original_max_position_embeddings"]
+        entry["factor"] = max_positions / original
     return read_rope(entry, origin, RopeSpec("default", theta), ROPE_TYPES, partial=True)
