@@ -107,14 +107,28 @@ def gptq_quantize(
         inv, zf, sf = reciprocal(scale), zp.astype(np.float32), as_float32(scale)
         errors = np.empty((rows, block_size))
         for i in range(first, last):
-            column = w[:, i].astype(np.float32)
-            q = encode(column[:, None], inv[:, None], zf[:, None], bits)[:, 0]
-            codes[:, i] = q.astype(np.uint8)
-            error = (w[:, i] - (q - zf) * sf) / factor[i, i]
-            w[:, i + 1 : last] -= np.outer(error, factor[i, i + 1 : last])
-            errors[:, i - first] = error
+            codes[:, i], errors[:, i - first] = _column(w, i, last, factor, inv, zf, sf, bits)
         w[:, last:] -= errors @ factor[first:last, last:]
     return QuantizedBlocks(pack(codes, bits), scales, pack(zero_points, bits, pad=8))
+
+
+def _column(
+    w: np.ndarray,
+    i: int,
+    last: int,
+    factor: np.ndarray,
+    inv: np.ndarray,
+    zf: np.ndarray,
+    sf: np.ndarray,
+    bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize column ``i`` of ``w`` with its block's reciprocal scales, zero points and
+    scales (per row), and spread its rounding error over the batch's later columns (up
+    to ``last``): ``(codes, error / factor[i, i])``, the error for the rest of ``w``."""
+    q = encode(w[:, i].astype(np.float32)[:, None], inv[:, None], zf[:, None], bits)[:, 0]
+    error = (w[:, i] - (q - zf) * sf) / factor[i, i]
+    w[:, i + 1 : last] -= np.outer(error, factor[i, i + 1 : last])
+    return q.astype(np.uint8), error
 
 
 _LAZY = 128
@@ -152,11 +166,8 @@ def _act_order(
         errors = np.empty((rows, last - first))
         for i in range(first, last):
             b = block_of[i]
-            column = wp[:, i].astype(np.float32)
-            q = encode(column[:, None], inv[:, b, None], zf[:, b, None], bits)[:, 0]
-            codes[:, order[i]] = q.astype(np.uint8)
-            error = (wp[:, i] - (q - zf[:, b]) * sf[:, b]) / factor[i, i]
-            wp[:, i + 1 : last] -= np.outer(error, factor[i, i + 1 : last])
-            errors[:, i - first] = error
+            codes[:, order[i]], errors[:, i - first] = _column(
+                wp, i, last, factor, inv[:, b], zf[:, b], sf[:, b], bits
+            )
         wp[:, last:] -= errors @ factor[first:last, last:]
     return QuantizedBlocks(pack(codes, bits), scales, pack(zero_points, bits, pad=8))
