@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import sysconfig
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,19 @@ def float_model(model_dir: Path, work: Path, cancel: CancelToken) -> Path:
     return work / "float" / result.plan.decoder.filename
 
 
+def prefill_feeds(inputs: Mapping[str, Any], seq: np.ndarray) -> dict[str, np.ndarray]:
+    """One prefill of the float model (``inputs``: its session's inputs by name): the
+    tokens, a mask of ones and empty fp32 past keys and values."""
+    feeds: dict[str, np.ndarray] = {
+        "input_ids": np.asarray(seq, dtype=np.int64)[None],
+        "attention_mask": np.ones((1, len(seq)), np.int64),
+    }
+    for name, info in inputs.items():
+        if name.startswith("past_key_values"):
+            feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+    return feeds
+
+
 def _windows(ids: np.ndarray, bos: int | None) -> list[np.ndarray]:
     """Prefills of :data:`SEQUENCE_LENGTH` tokens, each starting with BOS where the model
     has one (what a prompt looks like; Gemma's activations differ a lot without it)."""
@@ -231,13 +245,7 @@ def _accumulate(
         sums: dict[str, np.ndarray] = {}
         for index, seq in enumerate(windows):
             cancel.raise_if_cancelled()
-            feeds: dict[str, np.ndarray] = {
-                "input_ids": seq[None],
-                "attention_mask": np.ones((1, len(seq)), np.int64),
-            }
-            for name, info in inputs.items():
-                if name.startswith("past_key_values"):
-                    feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
+            feeds = prefill_feeds(inputs, seq)
             for name, value in zip(names, session.run(names, feeds), strict=True):
                 x = np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
                 sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x

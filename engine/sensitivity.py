@@ -316,20 +316,13 @@ def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: 
 
 def _run(session: Any, windows: list[np.ndarray]) -> list[np.ndarray]:
     """Log-probabilities [S, V] of every position of each window, one prefill each."""
+    from engine.calibration import prefill_feeds
+    from engine.runtime.quality import log_softmax
+
     inputs = {i.name: i for i in session.get_inputs()}
-    out = []
-    for seq in windows:
-        feeds: dict[str, np.ndarray] = {
-            "input_ids": seq[None].astype(np.int64),
-            "attention_mask": np.ones((1, len(seq)), np.int64),
-        }
-        for name, info in inputs.items():
-            if name.startswith("past_key_values"):
-                feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
-        logits = session.run(["logits"], feeds)[0][0].astype(np.float64)
-        logits -= logits.max(axis=-1, keepdims=True)
-        out.append(logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True)))
-    return out
+    return [
+        log_softmax(session.run(["logits"], prefill_feeds(inputs, seq))[0][0]) for seq in windows
+    ]
 
 
 def _kld(reference: list[np.ndarray], other: list[np.ndarray]) -> float:

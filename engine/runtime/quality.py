@@ -126,8 +126,8 @@ def measure(
 ) -> TextQuality:
     """The metrics from both sides' logits [N, V] at the same positions and the text's next
     tokens [N], in float64."""
-    ref = _log_softmax(reference_logits)
-    ours = _log_softmax(package_logits)
+    ref = log_softmax(reference_logits)
+    ours = log_softmax(package_logits)
     kld = np.sum(np.exp(ref) * (ref - ours), axis=-1)
     rows = np.arange(len(targets))
     return TextQuality(
@@ -141,7 +141,8 @@ def measure(
     )
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities along the last axis, in float64."""
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=-1, keepdims=True)
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
