@@ -238,15 +238,21 @@ def verify(
             f"{option('max_kld')} needs a non-negative bound and text to score (quality tokens "
             f"above 0), got {max_kld} over {quality_tokens} tokens"
         )
-    text_ids_ = None
+    scored: list[int] = []  # the text's ids and where it came from, when quality is measured
+    source = ""
     if quality_tokens > 0:
         body, source = read_text(text)
-        text_ids_ = (text_ids(pkg, body, quality_tokens), source)
+        scored = text_ids(pkg, body, quality_tokens)
     ids = list(prompt) if prompt is not None else bench_prompt(spec.vocab_size, prompt_length, seed)
-    share = 0.6 if text_ids_ is None else 0.4
+    share = 0.4 if scored else 0.6
     progress(0.0, "running transformers")
     model = load_reference(model_dir)
     switch = longrope_switch(spec)
+
+    def past_switch(length: int) -> bool:
+        """A run this long takes longrope's long factors part way (transformers' cache)."""
+        return switch is not None and length > switch
+
     ref_tokens, ref_logits = reference_greedy(
         model_dir,
         ids,
@@ -254,21 +260,22 @@ def verify(
         sub_progress(progress, 0.0, share),
         cancel,
         model=model,
-        cached=switch is not None and len(ids) + steps > switch,
+        cached=past_switch(len(ids) + steps),
     )
     progress(share, "running the package")
     runner = Runner(pkg, RunnerOptions(ep=ep, kv_mode="auto"))
     run = runner.generate(ids, steps, forced=ref_tokens, keep_logits=True, cancel=cancel)
     logits = run.logits
     quality = None
-    if text_ids_ is not None:
+    if scored:
         quality = text_quality(
             runner,
             model,
-            *text_ids_,
+            scored,
+            source,
             sub_progress(progress, 2 * share, 1.0),
             cancel,
-            cached=switch is not None and len(text_ids_[0]) > switch,
+            cached=past_switch(len(scored)),
         )
     result = verdict(
         pkg, model_dir, runner, ids, ref_tokens, ref_logits, logits, tolerance, progress, started
