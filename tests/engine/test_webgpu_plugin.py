@@ -147,6 +147,14 @@ def test_bench_output_has_neither_dawn_notices_nor_bar_frames(plugin, qwen3):
         assert "\r" not in done.stderr and "%|" not in done.stderr, done.stderr
 
 
+def _stderr_lines(script: str) -> list[str]:
+    """What a fresh Python running ``script`` writes to fd 2, line by line."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stderr.splitlines()
+
+
 def test_the_notice_filter_drops_only_dawns_notices(tmp_path: Path):
     """Everything else written to fd 2 inside the filter comes out, in order, after it."""
     script = (
@@ -161,10 +169,7 @@ def test_the_notice_filter_drops_only_dawns_notices(tmp_path: Path):
         "    os.write(2, b'Warning: something else\\n')\n"
         "os.write(2, b'after\\n')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stderr.splitlines() == [
+    assert _stderr_lines(script) == [
         "first line",
         "from python",
         "Warning: something else",
@@ -190,10 +195,7 @@ def test_the_notice_filter_is_safe_under_threads_and_off_outside_the_cli():
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
         "os.write(2, b'still here\\n')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    lines = done.stderr.splitlines()
+    lines = _stderr_lines(script)
     assert lines[0].startswith("Warning: maxA")  # the filter was off: passed through
     assert sorted(lines[1:-1]) == sorted(
         f"thread {i} line {j}" for i in range(2) for j in range(50)
