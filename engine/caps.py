@@ -91,6 +91,14 @@ class EpCapabilities:
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
+    packed_qkv: bool = False
+    """A KV-owning layer projects q, k and v as one MatMul / MatMulNBits whose output
+    GroupQueryAttention takes packed (its key and value inputs left out): one GEMV at decode
+    where there were three, and no q/k/v norm kernels of their own where the model norms all
+    three heads (Gemma 4: one norm and one Mul, :class:`~engine.graph.modules.HeadNorm`).
+    Models that norm q and k but not v (Qwen3) keep their three projections: GQA's own
+    q/k-norm inputs would do it, but the CPU kernel refuses them, and the CI runs every CUDA
+    graph on the CPU EP."""
     split_k: Mapping[str, int] = field(default_factory=dict)
     """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed
     (activation dtype -> G; absent = one MatMul): W is stored [G, 1, K / G, N] (the bytes
@@ -182,6 +190,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             provider_options={"enable_cuda_graph": "0", "use_tf32": "0"},
             capture_option="enable_cuda_graph",
             host_total_length=True,
+            packed_qkv=True,
             io_device="cuda",
             install_hint="install onnxruntime-gpu instead of onnxruntime (1.31 is a CUDA 13 build)",
         ),

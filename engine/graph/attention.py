@@ -53,6 +53,17 @@ def uses_static_buffers(spec: ModelSpec, options: ExportOptions) -> bool:
     return options.caps.explicit_attention_over_cache and attention_path(spec, options) == "gqa"
 
 
+def packs_qkv(spec: ModelSpec, options: ExportOptions) -> bool:
+    """q, k and v as one projection handed to GroupQueryAttention packed
+    (:attr:`EpCapabilities.packed_qkv`): the ``gqa`` path without static buffers."""
+    caps = options.caps
+    return (
+        caps.packed_qkv
+        and not caps.explicit_attention_over_cache
+        and attention_path(spec, options) == "gqa"
+    )
+
+
 @dataclass
 class AttentionInputs:
     """Values every attention layer reads, computed once per graph."""
@@ -335,15 +346,20 @@ def gqa(
     value: ir.Value | None,
     past_key: ir.Value,
     past_value: ir.Value,
+    *,
+    packed: bool = False,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
     """GroupQueryAttention (rotary inside); ``key=None`` for a KV-shared layer, whose
-    ``past_*`` are then the producer's present KV."""
+    ``past_*`` are then the producer's present KV; ``packed``: ``query`` holds q, k and v
+    ([B, S, (heads + 2 * kv_heads) * D]) and the key and value inputs are left out."""
     kv_width = layer.num_kv_heads * layer.head_dim
+    window = ctx.spec.sliding_window if layer.attention == "sliding" else -1
+    if packed:
+        return _gqa_node(ctx, layer, inputs, query, None, None, past_key, past_value, window)
     if key is None or value is None:
         if kv_width not in inputs.empty_kv:
             inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.input_ids, kv_width)
         key = value = inputs.empty_kv[kv_width]
-    window = ctx.spec.sliding_window if layer.attention == "sliding" else -1
     return _gqa_node(ctx, layer, inputs, query, key, value, past_key, past_value, window)
 
 
@@ -352,8 +368,8 @@ def _gqa_node(
     layer: LayerSpec,
     inputs: AttentionInputs,
     query: ir.Value,
-    key: ir.Value,
-    value: ir.Value,
+    key: ir.Value | None,
+    value: ir.Value | None,
     past_key: ir.Value,
     past_value: ir.Value,
     window: int,

@@ -44,10 +44,15 @@ class Attention(Module):
 
     ``static``: the static-buffer lowering (:mod:`engine.graph.static_attention`); a
     KV-owning layer then projects q, k and v as one MatMul (``qkv_proj``) and norms their
-    heads at once (``qkv_norm``), in the fp32 of the attention core.
+    heads at once (``qkv_norm``), in the fp32 of the attention core. ``packed``: the same
+    one projection (and one norm where q, k and v are all normed) handed to
+    GroupQueryAttention packed (:attr:`EpCapabilities.packed_qkv`); layers that norm q and
+    k only, and layers whose values are their keys, keep their own projections.
     """
 
-    def __init__(self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False) -> None:
+    def __init__(
+        self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, packed: bool = False
+    ) -> None:
         h, heads, dim = spec.hidden_size, spec.num_attention_heads, layer.head_dim
         kv, kv_width = layer.num_kv_heads, layer.num_kv_heads * dim
         bias = spec.qkv_bias
@@ -56,12 +61,19 @@ class Attention(Module):
         self._qk_norm = spec.qk_norm
         self._value_norm = spec.value_norm
         self._stored_fused = spec.stored_fused
+        self._packed = (
+            packed
+            and not static
+            and layer.owns_kv
+            and not layer.k_eq_v  # packed, its k rows would be stored twice
+            and spec.qk_norm == spec.value_norm
+        )
         self.qkv_proj: Linear | FusedLinear
         if spec.stored_fused:  # the checkpoint's own qkv_proj: one MatMul on every lowering
             if not layer.owns_kv or layer.k_eq_v or spec.qk_norm or spec.value_norm:
                 raise ValueError("a stored qkv_proj is lowered for plain KV-owning layers only")
             self.qkv_proj = Linear(h, heads * dim + 2 * kv_width, bias=bias)
-        elif static and layer.owns_kv:
+        elif (static or self._packed) and layer.owns_kv:
             value = "k_proj" if layer.k_eq_v else "v_proj"
             self.qkv_proj = FusedLinear(
                 h, [("q_proj", heads * dim), ("k_proj", kv_width), (value, kv_width)], bias=bias
@@ -70,7 +82,8 @@ class Attention(Module):
                 groups: list[tuple[str | None, int]] = [("q_norm", heads), ("k_norm", kv)]
                 if spec.value_norm:
                     groups.append((None, kv))
-                self.qkv_norm = HeadNorm(dim, groups, dtype=sattn.CORE_DTYPE)
+                dtype = sattn.CORE_DTYPE if static else None
+                self.qkv_norm = HeadNorm(dim, groups, dtype=dtype)
             elif spec.value_norm:
                 raise ValueError("a value norm without q/k norms is not lowered")
         elif static:
@@ -138,6 +151,18 @@ class Attention(Module):
                 value, heads = norm(ctx, value), True
             return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
 
+        if self._packed:
+            qkv = self.qkv_proj(ctx, x)
+            if self._qk_norm:  # q, k and v normed: one norm over all their heads
+                count = heads + 2 * kv_heads
+                qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
+                qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
+            past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
+            out, present_key, present_value = attn.gqa(
+                ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
+            )
+            state.presents[layer.index] = (present_key, present_value)
+            return self.o_proj(ctx, out)
         q_norm = self._norm("q_norm")
         key = value = None
         if self._stored_fused:
@@ -317,11 +342,17 @@ class DecoderLayer(Module):
     final norm's."""
 
     def __init__(
-        self, spec: ModelSpec, layer: LayerSpec, *, static: bool = False, fuse: bool = False
+        self,
+        spec: ModelSpec,
+        layer: LayerSpec,
+        *,
+        static: bool = False,
+        fuse: bool = False,
+        packed: bool = False,
     ) -> None:
         h = spec.hidden_size
         self.input_layernorm = RMSNorm(h)
-        self.self_attn = Attention(spec, layer, static=static)
+        self.self_attn = Attention(spec, layer, static=static, packed=packed)
         self.post_attention_layernorm = RMSNorm(h)
         self.mlp = GatedMLP(
             h,
@@ -363,10 +394,11 @@ class CausalDecoder(Module):
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
         static_kv = attn.uses_static_buffers(spec, options)
-        fuse = options.caps.fuse_projections
+        fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self.embed_tokens = Embedding(spec.vocab_size, h)
         self.layers = [
-            DecoderLayer(spec, layer, static=static_kv, fuse=fuse) for layer in spec.layers
+            DecoderLayer(spec, layer, static=static_kv, fuse=fuse, packed=packed)
+            for layer in spec.layers
         ]
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:

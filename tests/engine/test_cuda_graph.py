@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -191,3 +192,55 @@ def test_longrope_picks_its_set_by_the_valid_length_under_the_static_capture_mas
     np.testing.assert_array_equal(static, growing)
     reference = np.stack([step[-1] for step in logits])
     assert float(np.abs(static - reference).max()) < 0.05
+
+
+def _tiny(path: Path, name: str) -> tuple[Any, int]:
+    """A tiny checkpoint: transformers' model and how many of its layers project their own
+    keys and values (Gemma 4's full layers with ``attention_k_eq_v`` read values from the
+    keys' projection)."""
+    from engine.models.checkpoint_config import load_spec
+    from tests._support import tiny_gemma
+
+    if name.startswith("gemma4"):
+        model = tiny_gemma.make_checkpoint(path, attention_k_eq_v=name == "gemma4_k_eq_v")
+    else:
+        model = make_checkpoint(path, name)
+    return model, sum(layer.owns_kv and not layer.k_eq_v for layer in load_spec(path).layers)
+
+
+@pytest.mark.parametrize("name", ["llama_bias_mqa", "phi3", "phi4", "gemma4", "gemma4_k_eq_v"])
+def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
+    """On CUDA a KV-owning layer projects q, k and v as one MatMul whose output
+    GroupQueryAttention takes packed (key and value left out): per layer two GEMVs fewer at
+    decode, and for Gemma 4 one norm and one Mul where q, k and v had a norm each. KV-shared
+    layers keep their query-only projection. The graph, run on the CPU EP teacher-forced on
+    transformers' fp32 tokens, stays as close to transformers' logits as the CPU fp16
+    package (three projections, three norms): Gemma 4's norm and Mul round twice in fp16,
+    which cost 0.8-1.4x the CPU package's mean error over four seeds, so the bound is 1.5x."""
+    from tests._support.tiny_gemma import hf_greedy
+
+    model, owners = _tiny(tmp_path / "ckpt", name)
+    assert owners
+    tokens, hf_logits = hf_greedy(model, PROMPT, 16)
+    reference = np.stack([step[-1] for step in hf_logits])
+    nodes, error = {}, {}
+    for ep in ("cpu", "cuda"):
+        options = ExportOptions(ep=ep, dtype="fp16", attention="gqa", max_length=64)
+        export(tmp_path / ep, model_dir=tmp_path / "ckpt", options=options)
+        nodes[ep] = onnx.load(str(tmp_path / ep / "model.onnx"), load_external_data=False)
+        logits = _shared_buffer_logits(tmp_path / ep, PROMPT, tokens, 64, static=False)
+        error[ep] = np.abs(logits - reference)
+
+    def packed(ep: str) -> list[bool]:
+        gqa = [n for n in nodes[ep].graph.node if n.op_type == "GroupQueryAttention"]
+        return [list(n.input[1:3]) == ["", ""] for n in gqa]
+
+    def matmuls(ep: str) -> int:
+        return sum(n.op_type in ("MatMul", "MatMulNBits") for n in nodes[ep].graph.node)
+
+    assert sum(packed("cuda")) == owners and len(packed("cuda")) == len(packed("cpu"))
+    assert not any(packed("cpu"))
+    stored_fused = name in ("phi3", "phi4")  # the checkpoint's one qkv_proj on both
+    assert matmuls("cpu") - matmuls("cuda") == (0 if stored_fused else 2 * owners)
+    assert error["cuda"].mean() <= 1.5 * error["cpu"].mean() + 1e-4
+    assert error["cuda"].max() < 0.15

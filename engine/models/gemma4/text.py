@@ -41,12 +41,13 @@ class DecoderLayer(Module):
         *,
         static: bool = False,
         fuse: bool = False,
+        packed: bool = False,
         layer_scalar: bool = True,
     ) -> None:
         h = spec.hidden_size
         self._index = layer.index
         self.input_layernorm = RMSNorm(h)
-        self.self_attn = Attention(spec, layer, static=static)
+        self.self_attn = Attention(spec, layer, static=static, packed=packed)
         self.post_attention_layernorm = RMSNorm(h)
         self.pre_feedforward_layernorm = RMSNorm(h)
         self.mlp = GatedMLP(h, layer.intermediate_size, spec.hidden_activation, fused=fuse)
@@ -163,14 +164,16 @@ class TextDecoder(Module):
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
         static_kv = attn.uses_static_buffers(spec, options)
-        fuse = options.caps.fuse_projections
+        fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self._embeds_in = embeds_in
         if not embeds_in or spec.tie_word_embeddings:
             self.embed_tokens = Embedding(spec.vocab_size, h, scale=h**0.5)
         if spec.has_ple and not embeds_in:
             self.per_layer = PerLayerInputs(spec)
         self.layers = [
-            DecoderLayer(spec, layer, static=static_kv, fuse=fuse, layer_scalar=layer_scalar)
+            DecoderLayer(
+                spec, layer, static=static_kv, fuse=fuse, packed=packed, layer_scalar=layer_scalar
+            )
             for layer in spec.layers
         ]
         self.norm = RMSNorm(h)
