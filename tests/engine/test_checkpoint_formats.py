@@ -9,6 +9,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import pytest
 from safetensors.numpy import load_file, save_file
 
 from engine.options import ExportOptions
@@ -95,6 +96,33 @@ def test_bfloat16_checkpoint_is_read_through_ml_dtypes(tiny_models, tmp_path: Pa
     save_file({k: v.astype(np.float32) for k, v in rounded.items()}, as_fp32 / "model.safetensors")
     a = export(tmp_path / "a", model_dir=folder)
     b = export(tmp_path / "b", model_dir=as_fp32)
+    assert (a.output / "model.onnx.data").read_bytes() == (
+        b.output / "model.onnx.data"
+    ).read_bytes()
+
+
+@pytest.mark.parametrize("name", ["qwen3", "phi3", "gemma3", "llama"])
+def test_bf16_shards_saved_by_transformers_for_every_family(tmp_path: Path, name: str):
+    """How the published checkpoints of the other families are stored: bfloat16, in shards
+    with an index, written by transformers itself (Phi-3's fused qkv_proj / gate_up_proj
+    split across shards too). The package equals the one from the same bf16-rounded weights
+    saved as one float32 file, byte for byte."""
+    import torch
+
+    from tests._support.tiny_llama import make_checkpoint
+
+    model = make_checkpoint(tmp_path / "source", name)
+    shards = tmp_path / "bf16"
+    model.to(torch.bfloat16).save_pretrained(shards, max_shard_size="40KB")
+    assert len(list(shards.glob("*.safetensors"))) > 2
+    assert (shards / "model.safetensors.index.json").is_file()
+    whole = tmp_path / "fp32"
+    model.to(torch.float32).save_pretrained(whole)
+    for folder in (shards, whole):
+        for extra in (tmp_path / "source").glob("tokenizer*"):
+            shutil.copy(extra, folder)
+    a = export(tmp_path / "a", model_dir=shards)
+    b = export(tmp_path / "b", model_dir=whole)
     assert (a.output / "model.onnx.data").read_bytes() == (
         b.output / "model.onnx.data"
     ).read_bytes()
