@@ -30,8 +30,7 @@ sys.path.insert(0, str(REPO))
 
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 
-# Runs a module as __main__ and prints its own peak RSS (KiB) last, whatever happens.
-_MEASURED = (
+MEASURED = (
     "import resource, runpy, sys\n"
     "sys.argv = sys.argv[1:]\n"
     "try:\n"
@@ -43,6 +42,8 @@ _MEASURED = (
     "print('PEAK_RSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)\n"
     "sys.exit(code)\n"
 )
+"""``python -c MEASURED MODULE ARGS...``: runs a module as ``__main__`` and prints its own
+peak RSS (``PEAK_RSS_KIB``) last, whatever happens."""
 
 PRECISIONS: dict[str, dict[str, list[str]]] = {
     "fp32": {
@@ -59,24 +60,30 @@ PRECISIONS: dict[str, dict[str, list[str]]] = {
 def _run(module: str, args: list[str]) -> dict[str, Any]:
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", _MEASURED, module, *args],
+        [sys.executable, "-c", MEASURED, module, *args],
         capture_output=True,
         text=True,
         cwd=REPO,
     )
     seconds = time.perf_counter() - started
-    peak = [line for line in proc.stdout.splitlines() if line.startswith("PEAK_RSS_KIB")]
     result: dict[str, Any] = {
         "exit_code": proc.returncode,
         "seconds": round(seconds, 2),
-        "peak_rss_mib": round(int(peak[-1].split()[1]) / 1024, 1) if peak else None,
+        "peak_rss_mib": peak_rss_mib(proc.stdout),
     }
     if proc.returncode:
         result["error_tail"] = (proc.stderr or proc.stdout)[-800:]
     return result
 
 
-def _nodes(package: Path) -> dict[str, Any]:
+def peak_rss_mib(stdout: str) -> float | None:
+    """The peak RSS a :data:`MEASURED` child printed, in MiB (None: it printed none)."""
+    peak = [line for line in stdout.splitlines() if line.startswith("PEAK_RSS_KIB")]
+    return round(int(peak[-1].split()[1]) / 1024, 1) if peak else None
+
+
+def node_counts(package: Path) -> dict[str, Any]:
+    """The package's ONNX nodes: ``total`` and ``by_op``."""
     import onnx
 
     counts: collections.Counter[str] = collections.Counter()
@@ -135,7 +142,7 @@ def main() -> None:
                         case[side]["genai_error"] = str(exc)[:400]
                     else:
                         case[side]["vs_transformers"] = _agreement(tokens, reference)
-                    case[side]["nodes"] = _nodes(package)
+                    case[side]["nodes"] = node_counts(package)
                     case[side]["package_bytes"] = sum(
                         f.stat().st_size for f in package.iterdir() if f.is_file()
                     )

@@ -1,0 +1,172 @@
+"""Where a decode step's GPU time goes on the CUDA EP: Gemma 4 E2B's text decoder (random
+weights, fp16 and INT4 + INT4 tables) through onnxruntime-genai-cuda, CUDA graphs off and
+on, every kernel timed by CUPTI through torch's profiler (the image's torch shares the
+process's CUDA context, so the kernels onnxruntime launches are recorded too; onnxruntime's
+own profiler times only the host side of CUDA nodes in a release build).
+
+Per package and mode: the decode rate without the profiler (``--steps`` tokens after a
+``--prompt-len`` prompt), then one profiled window of the same steps: kernel launches and
+GPU microseconds per token, the busiest kernels (name, launches per token, µs per token),
+and the share of the step the GPU is busy at all (the rest is launch and host time). Also
+the prefill rate of a 1,024-token prompt (first call excluded).
+
+    python3 benchmarks/device/cuda_profile.py --cuda-site /tmp/site_cuda
+
+Writes ``$OUT/cuda_profile.json`` after every stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from families_gpu import cuda_env
+from gpu_bench import run as _run
+from stage_report import Report
+
+_INT4 = ["--weight-bits", "4", "--embedding-bits", "4"]
+_FPA = {"ORT_FPA_INTB_GEMM": "1"}
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "fp16": (["--dtype", "fp16"], {}),
+    "int4": (_INT4, {}),
+    "int4-b64": ([*_INT4, "--block-size", "64"], {}),
+    "int4-b128": ([*_INT4, "--block-size", "128"], {}),
+    # onnxruntime-gpu's fpA_intB GEMM / GEMV (TensorRT-LLM's weight-only kernels) is opt-in:
+    # session config ep.cuda.fpa_intb_gemm (which genai 0.18's genai_config cannot set) or
+    # this environment variable; without it MatMulNBits runs its own M=1 kernel.
+    "int4-fpa": (_INT4, _FPA),
+    "int4-b64-fpa": ([*_INT4, "--block-size", "64"], _FPA),
+    "int4-b128-fpa": ([*_INT4, "--block-size", "128"], _FPA),
+}
+
+_PROFILE = r"""
+import collections, json, sys, tempfile, time
+import torch  # first: its CUPTI-backed profiler records every kernel of the process
+import numpy as np
+import onnxruntime_genai as og
+
+package, capture, prompt_len, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+config = og.Config(package)
+config.clear_providers()
+config.append_provider("cuda")
+config.set_provider_option("cuda", "enable_cuda_graph", capture)
+model = og.Model(config)
+rng = np.random.default_rng(0)
+out = {"capture": capture == "1"}
+
+LENGTH = max(prompt_len + 2 * steps + 8, 1024 + 8)  # one length: one captured graph
+
+def generator():
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=LENGTH, do_sample=False)
+    return og.Generator(model, params)
+
+def decode(gen, n):
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(n):
+        gen.generate_next_token()
+    gen.get_next_tokens()
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+prompt = rng.integers(10, 200, prompt_len).tolist()
+rates = []
+for _ in range(3):
+    gen = generator()
+    gen.append_tokens(prompt)
+    decode(gen, 4)
+    rates.append(steps / decode(gen, steps))
+out["decode_tok_s"] = sorted(rates)[1]
+gen = generator()
+gen.append_tokens(prompt)
+decode(gen, 4)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    window = decode(gen, steps)
+trace = tempfile.mktemp(suffix=".json")
+prof.export_chrome_trace(trace)
+events = [e for e in json.load(open(trace))["traceEvents"] if e.get("cat") == "kernel"]
+by_name = collections.defaultdict(lambda: [0, 0.0])
+for e in events:
+    by_name[e["name"]][0] += 1
+    by_name[e["name"]][1] += float(e.get("dur", 0))
+busy = sum(t for _, t in by_name.values())
+out["profiled_ms_per_token"] = round(window / steps * 1e3, 3)
+out["kernels_per_token"] = round(len(events) / steps, 1)
+out["gpu_busy_us_per_token"] = round(busy / steps, 1)
+out["gpu_busy_share"] = round(busy / (window * 1e6), 3)
+top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
+out["top_kernels"] = [
+    {"kernel": name[:160], "per_token": round(n / steps, 1), "us_per_token": round(t / steps, 1),
+     "share": round(t / busy, 3)} for name, (n, t) in top
+]
+if prompt_len < 1024:
+    timings = []
+    for _ in range(3):
+        gen = generator()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        gen.append_tokens(rng.integers(10, 200, 1024).tolist())
+        torch.cuda.synchronize()
+        timings.append(time.perf_counter() - started)
+    out["prefill_1024_tok_s"] = round(1024 / min(timings[1:]), 1)
+    out["prefill_1024_first_s"] = round(timings[0], 3)
+free, total = torch.cuda.mem_get_info()
+out["gpu_used_mib_at_end"] = round((total - free) / 2**20)
+print("PROFILE_JSON", json.dumps(out))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=540)
+    parser.add_argument("--preset", default="gemma4-e2b")
+    parser.add_argument("--variants", default="fp16,int4")
+    parser.add_argument("--cuda-site", default="/tmp/site_cuda")
+    parser.add_argument("--work", default="/tmp/cuda_profile")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=32)
+    args = parser.parse_args()
+    out_dir = Path(os.environ.get("OUT", "/tmp/out"))
+    report = Report(out_dir / "cuda_profile.json", args.budget_s, "cuda_profile")
+    env = cuda_env(args.cuda_site)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    built: dict[str, Path] = {}  # variants that differ only in the environment share a package
+    for variant in args.variants.split(","):
+        flags, extra_env = VARIANTS[variant]
+        stage: dict[str, Any] = {}
+        key = " ".join(flags)
+        if key in built:
+            package = built[key]
+            stage["build"] = {"rc": 0, "reused": str(package)}
+        else:
+            package = work / f"{args.preset}-{variant}"
+            build = [sys.executable, "-m", "engine", "build", "--preset", args.preset]
+            build += ["--random-weights", "--ep", "cuda", "--modalities", "text"]
+            build += [*flags, "--quiet", "--overwrite", str(package)]
+            stage["build"] = _run(build, min(300, report.remaining() - 60), env)
+            built[key] = package
+        stage["env"] = extra_env
+        report.stage(variant, stage)
+        if stage["build"].get("rc") == 0:
+            for capture in ("0", "1"):
+                profile = [sys.executable, "-c", _PROFILE, str(package), capture]
+                profile += [str(args.prompt_len), str(args.steps)]
+                done = _run(profile, min(180, report.remaining() - 10), env | extra_env)
+                lines = [x for x in done.get("stdout", "").splitlines() if x.startswith("PROFILE")]
+                if lines:
+                    done = json.loads(lines[-1].split(" ", 1)[1]) | {"seconds": done["seconds"]}
+                stage[f"graph_{'on' if capture == '1' else 'off'}"] = done
+                report.stage(variant, stage)
+    for package in built.values():
+        shutil.rmtree(package, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
