@@ -96,8 +96,9 @@ class EpCapabilities:
     GroupQueryAttention takes packed (its key and value inputs left out): one GEMV at decode
     where there were three, and no q/k/v norm kernels of their own where the model norms all
     three heads (Gemma 4: one norm and one Mul, :class:`~engine.graph.modules.HeadNorm`).
-    Models that norm q and k but not v (Qwen3) keep their three projections: GQA's own
-    q/k-norm inputs would do it, but the CPU kernel refuses them, and the CI runs every CUDA
+    Models that norm q and k but not v (Qwen3, Gemma 3) split the one projection into q, k
+    and v for their norms and hand them over unpacked: GQA's own q/k-norm inputs would save
+    the split and the norms, but the CPU kernel refuses them, and the CI runs every CUDA
     graph on the CPU EP."""
     split_k: Mapping[str, int] = field(default_factory=dict)
     """Float decoder linears ``x @ W`` as ``G`` partial products over slices of K, summed

@@ -54,8 +54,9 @@ def uses_static_buffers(spec: ModelSpec, options: ExportOptions) -> bool:
 
 
 def packs_qkv(spec: ModelSpec, options: ExportOptions) -> bool:
-    """q, k and v as one projection handed to GroupQueryAttention packed
-    (:attr:`EpCapabilities.packed_qkv`): the ``gqa`` path without static buffers."""
+    """q, k and v as one projection for GroupQueryAttention
+    (:attr:`EpCapabilities.packed_qkv`; packed, or split where q and k only are normed):
+    the ``gqa`` path without static buffers."""
     caps = options.caps
     return (
         caps.packed_qkv

@@ -46,8 +46,9 @@ class Attention(Module):
     KV-owning layer then projects q, k and v as one MatMul (``qkv_proj``) and norms their
     heads at once (``qkv_norm``), in the fp32 of the attention core. ``packed``: the same
     one projection (and one norm where q, k and v are all normed) handed to
-    GroupQueryAttention packed (:attr:`EpCapabilities.packed_qkv`); layers that norm q and
-    k only, and layers whose values are their keys, keep their own projections.
+    GroupQueryAttention packed (:attr:`EpCapabilities.packed_qkv`); where q and k only are
+    normed, split into q, k and v for their norms; layers whose values are their keys keep
+    their own projections.
     """
 
     def __init__(
@@ -66,8 +67,11 @@ class Attention(Module):
             and not static
             and layer.owns_kv
             and not layer.k_eq_v  # packed, its k rows would be stored twice
-            and spec.qk_norm == spec.value_norm
+            and not (spec.value_norm and not spec.qk_norm)  # not lowered packed
         )
+        # q and k normed, v not (Qwen3, Gemma 3): the one projection split, the q and k
+        # norms apart, GroupQueryAttention unpacked (its own q/k-norm inputs: CUDA only)
+        self._split_qkv = self._packed and spec.qk_norm and not spec.value_norm
         self.qkv_proj: Linear | FusedLinear
         if spec.stored_fused:  # the checkpoint's own qkv_proj: one MatMul on every lowering
             if not layer.owns_kv or layer.k_eq_v or spec.qk_norm or spec.value_norm:
@@ -78,7 +82,10 @@ class Attention(Module):
             self.qkv_proj = FusedLinear(
                 h, [("q_proj", heads * dim), ("k_proj", kv_width), (value, kv_width)], bias=bias
             )
-            if spec.qk_norm:
+            if self._split_qkv:
+                self.q_norm = RMSNorm(dim)
+                self.k_norm = RMSNorm(dim)
+            elif spec.qk_norm:
                 groups: list[tuple[str | None, int]] = [("q_norm", heads), ("k_norm", kv)]
                 if spec.value_norm:
                     groups.append((None, kv))
@@ -153,14 +160,23 @@ class Attention(Module):
 
         if self._packed:
             qkv = self.qkv_proj(ctx, x)
-            if self._qk_norm:  # q, k and v normed: one norm over all their heads
-                count = heads + 2 * kv_heads
-                qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
-                qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
             past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
-            out, present_key, present_value = attn.gqa(
-                ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
-            )
+            if self._split_qkv:
+                widths = ctx.ints([heads * dim, kv_heads * dim, kv_heads * dim])
+                query, key, value = op.Split(qkv, widths, axis=-1, _outputs=3)
+                query = finish(query, False, heads, self._norm("q_norm"))
+                key = finish(key, False, kv_heads, self._norm("k_norm"))
+                out, present_key, present_value = attn.gqa(
+                    ctx, layer, state.inputs, query, key, value, past_key, past_value
+                )
+            else:
+                if self._qk_norm:  # q, k and v normed: one norm over all their heads
+                    count = heads + 2 * kv_heads
+                    qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
+                    qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
+                out, present_key, present_value = attn.gqa(
+                    ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
+                )
             state.presents[layer.index] = (present_key, present_value)
             return self.o_proj(ctx, out)
         q_norm = self._norm("q_norm")

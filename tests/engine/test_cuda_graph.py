@@ -208,12 +208,16 @@ def _tiny(path: Path, name: str) -> tuple[Any, int]:
     return model, sum(layer.owns_kv and not layer.k_eq_v for layer in load_spec(path).layers)
 
 
-@pytest.mark.parametrize("name", ["llama_bias_mqa", "phi3", "phi4", "gemma4", "gemma4_k_eq_v"])
+@pytest.mark.parametrize(
+    "name", ["llama_bias_mqa", "phi3", "phi4", "qwen3", "gemma3", "gemma4", "gemma4_k_eq_v"]
+)
 def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
     """On CUDA a KV-owning layer projects q, k and v as one MatMul whose output
     GroupQueryAttention takes packed (key and value left out): per layer two GEMVs fewer at
-    decode, and for Gemma 4 one norm and one Mul where q, k and v had a norm each. KV-shared
-    layers keep their query-only projection. The graph, run on the CPU EP teacher-forced on
+    decode, and for Gemma 4 one norm and one Mul where q, k and v had a norm each. Where q
+    and k only are normed (Qwen3, Gemma 3), the one projection is split for their norms and
+    GQA takes q, k and v apart. KV-shared layers keep their query-only projection. The
+    graph, run on the CPU EP teacher-forced on
     transformers' fp32 tokens, stays as close to transformers' logits as the CPU fp16
     package (three projections, three norms): Gemma 4's norm and Mul round twice in fp16,
     which cost 0.8-1.4x the CPU package's mean error over four seeds, so the bound is 1.5x."""
@@ -238,9 +242,17 @@ def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
     def matmuls(ep: str) -> int:
         return sum(n.op_type in ("MatMul", "MatMulNBits") for n in nodes[ep].graph.node)
 
-    assert sum(packed("cuda")) == owners and len(packed("cuda")) == len(packed("cpu"))
-    assert not any(packed("cpu"))
+    split = name in ("qwen3", "gemma3")  # q and k normed, v not
+    assert sum(packed("cuda")) == (0 if split else owners)
+    assert len(packed("cuda")) == len(packed("cpu")) and not any(packed("cpu"))
     stored_fused = name in ("phi3", "phi4")  # the checkpoint's one qkv_proj on both
+
+    def splits(ep: str) -> int:
+        return sum(n.op_type == "Split" for n in nodes[ep].graph.node)
+
+    # one Split per layer where q and k are normed apart; none where CPU splits the stored one
+    extra = owners if split else -owners if stored_fused else 0
+    assert splits("cuda") - splits("cpu") == extra
     assert matmuls("cpu") - matmuls("cuda") == (0 if stored_fused else 2 * owners)
     assert error["cuda"].mean() <= 1.5 * error["cpu"].mean() + 1e-4
     assert error["cuda"].max() < 0.15
