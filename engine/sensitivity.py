@@ -114,19 +114,31 @@ def apply(
     from engine.plan import plan
 
     options = export_plan.options
-    if model_dir is None or options.random_weights:
-        what = "a preset has no weights" if model_dir is None else "random weights have none"
-        raise OptionsError(
-            f"{option('size_budget')} / {option('target_kld')} measure each weight on the "
-            f"checkpoint's float model, and {what}: give the checkpoint folder, or choose by "
-            f"name with {option('keep_int8')}"
-        )
-    progress(0.0, "measuring each weight's sensitivity")
-    choice = choose(
-        Path(model_dir), export_plan, lambda changed: plan(spec, changed), progress, cancel
+    flags = f"{option('size_budget')} / {option('target_kld')} measure"
+    folder = _checkpoint(
+        model_dir, options, flags, f", or choose by name with {option('keep_int8')}"
     )
+    progress(0.0, "measuring each weight's sensitivity")
+    choice = choose(folder, export_plan, lambda changed: plan(spec, changed), progress, cancel)
     chosen = replace(options, keep_int8=(*options.keep_int8, *choice.int8))
     return plan(spec, chosen), choice.note()
+
+
+def _checkpoint(
+    model_dir: str | os.PathLike[str] | None, options: ExportOptions, what: str, more: str = ""
+) -> Path:
+    """The checkpoint folder whose float model is measured.
+
+    Raises:
+        OptionsError: A preset or random weights: nothing to measure.
+    """
+    if model_dir is None or options.random_weights:
+        none = "a preset has no weights" if model_dir is None else "random weights have none"
+        raise OptionsError(
+            f"{what} each weight on the checkpoint's float model, and {none}: give the "
+            f"checkpoint folder{more}"
+        )
+    return Path(model_dir)
 
 
 def candidates(export_plan: ExportPlan) -> list[WeightPlan]:
@@ -155,9 +167,32 @@ def choose(
             the all-INT4 package or no tokenizer for the calibration text.
     """
     options = export_plan.options
-    cancel = cancel or CancelToken()
+    base = export_plan.nbytes
+    weights = _measurable(export_plan, _flag(options))
+    if options.size_budget is not None and options.size_budget < base:
+        raise OptionsError(
+            f"{_flag(options)} is below the all-INT4 package's {base:,} B; give at least that "
+            "(INT8 weights only add bytes)"
+        )
+    room = None if options.size_budget is None else options.size_budget - base
+    costs = _costs(model_dir, export_plan, weights, replan, progress, cancel, room=room)
+    if not costs:
+        return PrecisionChoice((), 0.0, 0.0, base, base, ())
+    chosen, predicted, nbytes = pick(costs, options, base)
+    total = sum(c.kld4 for c in costs)
+    return PrecisionChoice(
+        tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld
+    )
+
+
+def _measurable(export_plan: ExportPlan, flag: str) -> list[WeightPlan]:
+    """The plan's candidates, when there are some and the float model is small enough to
+    measure here.
+
+    Raises:
+        OptionsError: No 4-bit weight, or a float model over :data:`MAX_FLOAT_BYTES`.
+    """
     weights = candidates(export_plan)
-    flag = _flag(options)
     if not weights:
         raise OptionsError(
             f"{flag} chooses between INT4 and INT8 per weight, but this plan has no 4-bit "
@@ -170,31 +205,149 @@ def choose(
             f"one, more than the {MAX_FLOAT_BYTES / 2**30:.0f} GiB it measures (models up to "
             f"about 0.5 B parameters for now); choose by name with {option('keep_int8')}"
         )
-    base = export_plan.nbytes
-    if options.size_budget is not None and options.size_budget < base:
-        raise OptionsError(
-            f"{flag} is below the all-INT4 package's {base:,} B; give at least that (INT8 "
-            "weights only add bytes)"
-        )
+    return weights
+
+
+def _costs(
+    model_dir: Path,
+    export_plan: ExportPlan,
+    weights: list[WeightPlan],
+    replan: Any,
+    progress: Progress,
+    cancel: CancelToken | None,
+    *,
+    room: int | None = None,
+) -> list[WeightCost]:
+    """The measured cost of each of ``weights`` (only those whose INT8 form adds at most
+    ``room`` bytes), most KLD saved per byte first."""
+    options = export_plan.options
     names = [wp.name for wp in weights]
     upgraded = replan(replace(options, keep_int8=(*options.keep_int8, *names)))
     bytes8 = {wp.name: wp.nbytes for wp in upgraded.decoder.weights}
-    if options.size_budget is not None:  # measure only what could still fit
-        room = options.size_budget - base
+    if room is not None:  # measure only what could still fit
         weights = [wp for wp in weights if bytes8[wp.name] - wp.nbytes <= room]
         if not weights:
-            return PrecisionChoice((), 0.0, 0.0, base, base, ())
+            return []
     klds = measure(model_dir, export_plan, weights, progress, cancel)
-    costs = sorted(
+    return sorted(
         (WeightCost(wp.name, klds[wp.name], wp.nbytes, bytes8[wp.name]) for wp in weights),
         key=lambda c: c.gain_per_byte,
         reverse=True,
     )
-    chosen, predicted, nbytes = pick(costs, options, base)
+
+
+TRADEOFF_EXTRA = (0.05, 0.10, 0.20, 0.50)
+"""The mixes :func:`tradeoff` predicts: the all-INT4 package's bytes plus these shares of
+them, spent on INT8 weights."""
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """One quantization choice: its bytes and predicted loss, and how to export it."""
+
+    label: str
+    nbytes: int
+    predicted_kld: float
+    """Mean KL divergence from the float32 model (0 for the float package: the reference)."""
+    int8: int
+    """How many of the measured 4-bit weights it stores in INT8."""
+    size_budget: int | None
+    """The ``size_budget`` that exports this choice (None: no budget)."""
+    float_choice: bool = False
+    """The float package (no 4-bit weights): the reference the others are measured against."""
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    """Size against predicted quality for the choices between float and all-INT4."""
+
+    points: tuple[TradeoffPoint, ...]
+    """The base plan first (all-INT4, or INT4 with the user's own INT8 weights), the
+    float package last, bytes growing and predicted KLD falling between."""
+    costs: tuple[WeightCost, ...]
+    dtype: str
+    method: str = "rtn"
+    """The quantizer the costs were measured with (GPTQ's are measured by round to nearest:
+    a GPTQ export loses less than predicted)."""
+
+    def kld_text(self, point: TradeoffPoint) -> str:
+        """A point's predicted KLD in words; the float package is the reference only in
+        fp32 (fp16 / bf16 rounding is not measured)."""
+        if not point.float_choice:
+            return f"{point.predicted_kld:.3g}"
+        return "0 (the reference)" if self.dtype == "fp32" else f"~0 ({self.dtype}: not measured)"
+
+    def lines(self) -> list[str]:
+        """One line per choice, for the command line and the studio's log."""
+        base = self.points[0].nbytes
+        return [
+            f"{p.label:<28} {p.nbytes:>15,} B  {p.nbytes / base - 1:>+7.1%}  KLD {self.kld_text(p)}"
+            for p in self.points
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "method": self.method,
+            "points": [asdict(p) for p in self.points],
+            "costs": [asdict(c) for c in self.costs],
+        }
+
+
+def tradeoff(
+    model_dir: str | os.PathLike[str] | None,
+    export_plan: ExportPlan,
+    replan: Any,
+    progress: Progress = no_progress,
+    cancel: CancelToken | None = None,
+) -> Tradeoff:
+    """Predicted size and quality of the choices between the float package and all-INT4,
+    from one measurement of every 4-bit weight (:func:`measure`): all-INT4, the mixes that
+    spend :data:`TRADEOFF_EXTRA` more bytes on the INT8 weights that save the most, every
+    4-bit weight in INT8, and the float package. ``export_plan`` is the all-INT4 plan
+    (its own ``size_budget`` / ``target_kld`` are set aside); ``replan(options)`` plans
+    other options of the same model.
+
+    Raises:
+        OptionsError: No checkpoint (a preset, random weights), no 4-bit weight, a model
+            too large to measure here or no tokenizer for the calibration text.
+    """
+    options = replace(export_plan.options, size_budget=None, target_kld=None)
+    flag = option("tradeoff")
+    folder = _checkpoint(model_dir, options, f"{flag} measures")
+    weights = _measurable(export_plan, flag)
+    progress(0.0, "measuring each weight's sensitivity")
+    costs = _costs(folder, export_plan, weights, replan, progress, cancel)
+    base = export_plan.nbytes
     total = sum(c.kld4 for c in costs)
-    return PrecisionChoice(
-        tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld
+    kept = sum(wp.quantized and wp.bits == 8 for wp in export_plan.decoder.weights)
+    label = f"INT4, {kept} kept in INT8" if kept else "all INT4"
+    points = [TradeoffPoint(label, base, total, 0, None)]
+    all_int8 = base + sum(c.bytes8 - c.bytes4 for c in costs)
+    for extra in TRADEOFF_EXTRA:
+        budget = int(base * (1 + extra))
+        if budget >= all_int8:
+            break
+        chosen, predicted, nbytes = pick(costs, replace(options, size_budget=budget), base)
+        if nbytes > points[-1].nbytes:  # a budget that buys nothing more is not a choice
+            label = f"INT4 + INT8, +{extra:.0%} bytes"
+            points.append(TradeoffPoint(label, nbytes, predicted, len(chosen), budget))
+    label = "4-bit weights in INT8"
+    points.append(TradeoffPoint(label, all_int8, total * INT8_RATIO, len(costs), all_int8))
+    floats = replan(
+        replace(
+            options,
+            weight_bits=None,
+            embedding_bits=None,
+            keep_int8=(),
+            quant_method="rtn",  # the float package quantizes nothing
+            calibration=None,
+        )
     )
+    dtype = floats.options.dtype
+    points.append(TradeoffPoint(f"float ({dtype})", floats.nbytes, 0.0, 0, None, True))
+    method = "rtn" if options.quant_method == "gptq" else options.quant_method
+    return Tradeoff(tuple(points), tuple(costs), dtype, method)
 
 
 def pick(

@@ -23,6 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=12,
         help="largest tensors to list per session (default 12; more than there are lists all)",
     )
+    parser.add_argument(
+        "--tradeoff",
+        action="store_true",
+        help="measure each 4-bit weight on the checkpoint's float model and list the choices "
+        "between all-INT4 and float with their bytes and predicted mean KLD (a --size-budget "
+        "for each); needs --model and 4 weight or embedding bits",
+    )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -46,6 +53,15 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_model_spec(args.model, args.preset)
     result = plan(spec, options_from_args(args))
+    tradeoff = None
+    if args.tradeoff:
+        if sensitivity.wanted(result.options):
+            raise OptionsError(
+                f"{option('tradeoff')} lists what each size budget would cost; drop "
+                f"{option('size_budget')} / {option('target_kld')}, then plan or build with "
+                "the budget of the line you choose"
+            )
+        tradeoff = sensitivity.tradeoff(args.model, result, lambda changed: plan(spec, changed))
     chosen = None
     if sensitivity.wanted(result.options):  # measures: the plan shows the choice per tensor
         result, chosen = sensitivity.apply(args.model, spec, result)
@@ -58,9 +74,17 @@ def run(args: argparse.Namespace) -> int:
     except OptionsError as refusal:
         notes.append(f"build refuses this plan: {refusal}")
     if args.json:
-        print_json({**result.to_json(), "notes": notes})
+        extra = {} if tradeoff is None else {"tradeoff": tradeoff.to_json()}
+        print_json({**result.to_json(), "notes": notes, **extra})
     else:
         print(render_plan(result, top=args.top))
         for note in notes:
             print(f"note: {note}")
+        if tradeoff is not None:
+            print(
+                "\nsize against quality (mean KLD from the float32 model on the calibration "
+                "text, predicted from each weight's measured cost):"
+            )
+            for line in tradeoff.lines():
+                print(f"  {line}")
     return 0

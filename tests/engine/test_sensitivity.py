@@ -163,3 +163,68 @@ def test_the_pick_meets_a_target_with_the_fewest_bytes_and_a_budget_with_the_lea
     assert names == ["large"]  # 1.0 of KLD bought against the small pair's 0.95
     names, predicted, nbytes = pick(costs, ExportOptions(target_kld=10.0), base)
     assert (names, nbytes) == ([], base) and predicted == pytest.approx(total)
+
+
+def test_the_tradeoff_predicts_what_each_choice_exports(qwen2, all_int4, tmp_path):
+    """From all-INT4 to float: bytes grow and predicted KLD falls; each mix's size budget
+    exports exactly its bytes, and what the packages really lose is what was predicted
+    (the costs add: 0.85-0.98x of the prediction on this model)."""
+    import onnxruntime as ort
+
+    from engine.calibration import _windows, calibration_tokens
+
+    spec = load_spec(qwen2)
+    tradeoff = sensitivity.tradeoff(qwen2, all_int4, lambda o: plan(spec, o))
+    points = tradeoff.points
+    assert [p.label for p in points][:2] == ["all INT4", "INT4 + INT8, +5% bytes"]
+    assert points[0].nbytes == all_int4.nbytes and points[0].size_budget is None
+    assert points[-1].float_choice and points[-1].label == "float (fp32)"
+    float_plan = plan(spec, ExportOptions(ep="cpu", dtype="fp32"))
+    assert points[-1].nbytes == float_plan.nbytes
+    sizes = [p.nbytes for p in points]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    klds = [p.predicted_kld for p in points]
+    assert klds == sorted(klds, reverse=True) and klds[-1] == 0.0
+    assert points[-2].int8 == len(tradeoff.costs) == len(sensitivity.candidates(all_int4))
+    assert all(p.size_budget is None or p.nbytes <= p.size_budget for p in points)
+
+    ids = calibration_tokens(qwen2, None, spec.vocab_size)
+    windows = _windows(ids, spec.bos_token_id)[: sensitivity.WINDOWS]
+
+    def loss(folder: Path) -> float:
+        session = ort.InferenceSession(str(folder / "model.onnx"))
+        return sensitivity._kld(reference, sensitivity._run(session, windows))
+
+    export(tmp_path / "float", model_dir=qwen2, options=ExportOptions(ep="cpu", dtype="fp32"))
+    session = ort.InferenceSession(str(tmp_path / "float" / "model.onnx"))
+    reference = sensitivity._run(session, windows)
+    export(tmp_path / "int4", model_dir=qwen2, options=ExportOptions(**BASE, accuracy_level=0))
+    assert loss(tmp_path / "int4") == pytest.approx(points[0].predicted_kld, rel=0.3)
+    mix = next(p for p in points if p.label == "INT4 + INT8, +20% bytes")
+    options = ExportOptions(**BASE, accuracy_level=0, size_budget=mix.size_budget)
+    assert export(tmp_path / "mix", model_dir=qwen2, options=options).plan.nbytes == mix.nbytes
+    assert loss(tmp_path / "mix") == pytest.approx(mix.predicted_kld, rel=0.3)
+
+
+def test_plan_lists_the_tradeoff(qwen2):
+    bits = ["--weight-bits", "4", "--embedding-bits", "4", "--block-size", "16"]
+    shown = cli("plan", "--model", str(qwen2), *bits, "--tradeoff")
+    assert shown.returncode == 0, shown.stderr
+    assert "size against quality" in shown.stdout
+    for label in ("all INT4", "INT4 + INT8, +10% bytes", "4-bit weights in INT8", "float (fp32)"):
+        assert label in shown.stdout
+    budget = cli("plan", "--model", str(qwen2), *bits, "--tradeoff", "--size-budget", "1MB")
+    assert budget.returncode != 0 and "drop --size-budget / --target-kld" in budget.stderr
+    preset = cli("plan", "--preset", "qwen3-0.6b", *bits, "--tradeoff")
+    assert preset.returncode != 0 and "a preset has no weights" in preset.stderr
+    float_only = cli("plan", "--model", str(qwen2), "--tradeoff")
+    assert float_only.returncode != 0 and "no 4-bit weight" in float_only.stderr
+    # GPTQ's costs are measured by round to nearest; the float line quantizes nothing
+    gptq = cli("plan", "--model", str(qwen2), *bits, "--quant-method", "gptq", "--tradeoff")
+    assert gptq.returncode == 0, gptq.stderr
+    assert "float (fp32)" in gptq.stdout
+    # the user's own INT8 weights stay, and the first line says so
+    kept = cli("plan", "--model", str(qwen2), *bits, "--keep-int8", "layers.0.*", "--tradeoff")
+    assert kept.returncode == 0, kept.stderr
+    first = kept.stdout.split("size against quality")[1].splitlines()[1]
+    assert "kept in INT8" in first and "+0.0%" in first
