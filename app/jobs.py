@@ -126,6 +126,30 @@ def audit_job(plan: Any, progress: Progress, cancel: CancelToken) -> Any:
         return None
 
 
+@dataclass(frozen=True)
+class TradeoffRequest:
+    """Size against quality for a checkpoint and the options now chosen."""
+
+    model_dir: Path
+    options: ExportOptions
+
+
+def tradeoff_job(request: TradeoffRequest, progress: Progress, cancel: CancelToken) -> Any:
+    """:func:`engine.sensitivity.tradeoff` of the options' all-INT4 plan (their size
+    budget set aside): a measurement of every 4-bit weight, then the choices from it."""
+    from dataclasses import replace
+
+    from engine.models import load_spec
+    from engine.plan import plan
+    from engine.sensitivity import tradeoff
+
+    spec = load_spec(request.model_dir)
+    options = replace(request.options, size_budget=None, target_kld=None)
+    return tradeoff(
+        request.model_dir, plan(spec, options), lambda o: plan(spec, o), progress, cancel
+    )
+
+
 def run_export(request: ExportRequest, progress: Progress, cancel: CancelToken) -> Any:
     """The export job: :func:`engine.pipeline.export` for one request."""
     from engine.pipeline import export

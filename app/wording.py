@@ -177,6 +177,12 @@ CONTROLS: dict[str, Control] = {
         "The same measured choice toward a predicted mean KL divergence (nats per token): "
         "the fewest INT8 weights that reach it (command line and Python API).",
     ),
+    "tradeoff": Control(
+        "Estimate &quality…",
+        "Measure each 4-bit weight on the checkpoint's float model (as the size budget does) "
+        "and compare all-INT4, INT4 + INT8 mixes, INT8 and float: bytes and predicted mean KL "
+        "divergence side by side, before any export. Pick one to set the size budget.",
+    ),
     "max_length": Control(
         "Max le&ngth",
         "The longest sequence (prompt plus generated tokens) the package supports. It sizes "

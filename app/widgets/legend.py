@@ -144,6 +144,7 @@ class Legend(QWidget):
         """Show these entries (in order) and ``note`` under them."""
         for entry in self.entries:
             self._flow.removeWidget(entry)
+            entry.hide()  # at once: deleteLater waits for the event loop
             entry.deleteLater()
         self.entries = [LegendEntry(item, self._box) for item in items]
         for entry in self.entries:

@@ -69,6 +69,9 @@ class TargetPanel(QGroupBox):
         self.keep_int8.setPlaceholderText("none")
         self.size_budget = described(QLineEdit(), "size_budget")
         self.size_budget.setPlaceholderText("none (e.g. 2.5GB)")
+        self.estimate = described(QPushButton(CONTROLS["tradeoff"].label), "tradeoff")
+        self.quality_dialog: Any = None
+        self._measuring = False
         self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
@@ -130,9 +133,13 @@ class TargetPanel(QGroupBox):
             ("seed", self.seed),
             ("keep_float", self.keep_float),
             ("keep_int8", self.keep_int8),
-            ("size_budget", self.size_budget),
+            ("size_budget", _row(self.size_budget, self.estimate)),
         ):
             advanced.addRow(CONTROLS[key].label, field)
+            if key == "size_budget":  # the buddy of a row of two is its first control
+                label = advanced.labelForField(field)
+                if isinstance(label, QLabel):
+                    label.setBuddy(self.size_budget)
         advanced.addRow(self.symmetric)
         advanced.addRow(self.quantize_lm_head)
         self.advanced.setVisible(False)
@@ -174,6 +181,7 @@ class TargetPanel(QGroupBox):
         self.output.textEdited.connect(lambda text: state.set_output(text.strip()))
         self.overwrite.toggled.connect(state.set_overwrite)
         self.browse.clicked.connect(self._browse)
+        self.estimate.clicked.connect(self.estimate_quality)
         self.advanced_button.toggled.connect(self._show_advanced)
         state.optionsChanged.connect(self._sync)
         state.constraintsChanged.connect(self._show_constraints)
@@ -236,6 +244,10 @@ class TargetPanel(QGroupBox):
         self.size_budget.setEnabled(why is None)
         self.size_budget.setToolTip(
             CONTROLS["size_budget"].help if why is None else f"Not available: {why}."
+        )
+        self.estimate.setEnabled(why is None and not self._measuring)
+        self.estimate.setToolTip(
+            CONTROLS["tradeoff"].help if why is None else f"Not available: {why}."
         )
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
@@ -326,6 +338,32 @@ class TargetPanel(QGroupBox):
             keep_int8=_patterns(self.keep_int8) if quantized else (),
             size_budget=budget if self._budget_applies() else None,
         )
+
+    def estimate_quality(self) -> Any:
+        """Open the size-against-quality dialog for the checkpoint and the options now
+        chosen; the line the user picks becomes the size budget."""
+        from app.widgets.quality_dialog import QualityDialog
+
+        if self.quality_dialog is not None:  # closed, and its measurement has stopped
+            self.quality_dialog.deleteLater()
+        dialog = QualityDialog(
+            Path(self._state.source.value), self._state.options, self._use_budget, self
+        )
+        self.quality_dialog = dialog
+        # one measurement at a time: a closed dialog's child stops at its next weight
+        self._measuring = True
+        self.estimate.setEnabled(False)
+        dialog.worker.signals.finished.connect(self._measured)
+        dialog.open()
+        return dialog
+
+    def _measured(self) -> None:
+        self._measuring = False
+        self._sync(self._state.options)
+
+    def _use_budget(self, budget: int | None) -> None:
+        self.size_budget.setText(exact_size(budget) if budget else "")
+        self._apply()
 
     def _budget_unavailable(
         self, weight_bits: int | None, embedding_bits: int | None, random_weights: bool

@@ -468,3 +468,57 @@ def test_a_size_budget_exports_the_measured_mixed_precision(qtbot, window: MainW
     panel.random_weights.setChecked(True)  # random weights: nothing to measure either
     assert not panel.size_budget.isEnabled()
     assert "random weights leave nothing to measure" in panel.size_budget.toolTip()
+
+
+def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
+    qtbot, window: MainWindow, tmp_path
+):
+    """Before any export: Estimate quality measures the checkpoint's 4-bit weights in a
+    child process, lists every choice from all-INT4 to float with its bytes and predicted
+    KLD (table and chart), and the line picked becomes the size budget, exact to the byte.
+    Greyed out with the reason where there is nothing to measure; closing the dialog while
+    it measures stops the measurement."""
+    from app.widgets.target_panel import find_data
+    from engine.models import load_spec
+    from engine.plan import plan
+    from engine.units import exact_size
+    from tests._support.tiny_llama import make_checkpoint
+
+    panel = window.target_panel
+    assert not panel.estimate.isEnabled() and "a preset has no weights" in panel.estimate.toolTip()
+    model_dir = tmp_path / "my-qwen2"
+    make_checkpoint(model_dir, "qwen2")
+    _choose_folder(window, model_dir)
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith("my-qwen2"))
+    assert not panel.estimate.isEnabled()  # float weights: nothing in 4 bits
+    assert "choose 4 weight or embedding bits" in panel.estimate.toolTip()
+    for combo, value in ((panel.weight_bits, 4), (panel.embedding_bits, 4), (panel.block_size, 16)):
+        combo.setCurrentIndex(find_data(combo, value))
+    assert panel.estimate.isEnabled()
+    all_int4 = plan(load_spec(model_dir), window.state.export_options()).nbytes
+
+    dialog = panel.estimate_quality()
+    assert not panel.estimate.isEnabled()  # one measurement at a time
+    qtbot.waitUntil(lambda: dialog.tradeoff is not None, timeout=180_000)
+    points = dialog.tradeoff.points
+    assert dialog.table.rowCount() == len(points) >= 4
+    assert dialog.table.item(0, 0).text() == "all INT4" and points[0].nbytes == all_int4
+    assert dialog.table.item(len(points) - 1, 3).text() == "0 (the reference)"
+    assert "all INT4" in dialog.chart.summary and "float (fp32)" in dialog.chart.summary
+    assert not dialog.use.isEnabled()
+    dialog.table.selectRow(len(points) - 1)  # float: another dtype, not a budget
+    assert not dialog.use.isEnabled()
+    row = next(i for i, p in enumerate(points) if p.label == "INT4 + INT8, +10% bytes")
+    dialog.table.selectRow(row)
+    assert dialog.use.isEnabled() and points[row].label in dialog.chart.legend.text()
+    _click(qtbot, dialog.use)
+    assert not dialog.isVisible()
+    budget = points[row].size_budget
+    assert window.state.options.size_budget == budget
+    assert panel.size_budget.text() == exact_size(budget)
+
+    closed = panel.estimate_quality()  # closed at once: the child is told to stop
+    closed.reject()
+    qtbot.waitUntil(lambda: not closed.worker.running, timeout=60_000)
+    assert closed.tradeoff is None and window.state.options.size_budget == budget
+    qtbot.waitUntil(panel.estimate.isEnabled, timeout=10_000)
