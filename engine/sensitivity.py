@@ -217,9 +217,11 @@ def _costs(
     cancel: CancelToken | None,
     *,
     room: int | None = None,
+    calibration: str | os.PathLike[str] | None = None,
 ) -> list[WeightCost]:
     """The measured cost of each of ``weights`` (only those whose INT8 form adds at most
-    ``room`` bytes), most KLD saved per byte first."""
+    ``room`` bytes) on ``calibration`` (default: the options' text), most KLD saved per
+    byte first."""
     options = export_plan.options
     names = [wp.name for wp in weights]
     upgraded = replan(replace(options, keep_int8=(*options.keep_int8, *names)))
@@ -228,7 +230,7 @@ def _costs(
         weights = [wp for wp in weights if bytes8[wp.name] - wp.nbytes <= room]
         if not weights:
             return []
-    klds = measure(model_dir, export_plan, weights, progress, cancel)
+    klds = measure(model_dir, export_plan, weights, progress, cancel, calibration=calibration)
     return sorted(
         (WeightCost(wp.name, klds[wp.name], wp.nbytes, bytes8[wp.name]) for wp in weights),
         key=lambda c: c.gain_per_byte,
@@ -300,13 +302,16 @@ def tradeoff(
     replan: Any,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
+    *,
+    calibration: str | os.PathLike[str] | None = None,
 ) -> Tradeoff:
     """Predicted size and quality of the choices between the float package and all-INT4,
     from one measurement of every 4-bit weight (:func:`measure`): all-INT4, the mixes that
     spend :data:`TRADEOFF_EXTRA` more bytes on the INT8 weights that save the most, every
     4-bit weight in INT8, and the float package. ``export_plan`` is the all-INT4 plan
     (its own ``size_budget`` / ``target_kld`` are set aside); ``replan(options)`` plans
-    other options of the same model.
+    other options of the same model; ``calibration``: the text measured on (default: the
+    options' own, else the built-in sample).
 
     Raises:
         OptionsError: No checkpoint (a preset, random weights), no 4-bit weight, a model
@@ -317,7 +322,7 @@ def tradeoff(
     folder = _checkpoint(model_dir, options, f"{flag} measures")
     weights = _measurable(export_plan, flag)
     progress(0.0, "measuring each weight's sensitivity")
-    costs = _costs(folder, export_plan, weights, replan, progress, cancel)
+    costs = _costs(folder, export_plan, weights, replan, progress, cancel, calibration=calibration)
     base = export_plan.nbytes
     total = sum(c.kld4 for c in costs)
     kept = sum(wp.quantized and wp.bits == 8 for wp in export_plan.decoder.weights)
@@ -398,9 +403,12 @@ def measure(
     weights: list[WeightPlan],
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
+    *,
+    calibration: str | os.PathLike[str] | None = None,
 ) -> dict[str, float]:
-    """Weight name -> mean KL divergence on the calibration text with only that weight in
-    4 bits (its round trip through the export's quantizer), the rest float."""
+    """Weight name -> mean KL divergence on the calibration text (``calibration``, else
+    the options') with only that weight in 4 bits (its round trip through the export's
+    quantizer), the rest float."""
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
@@ -411,7 +419,8 @@ def measure(
     options, spec = export_plan.options, export_plan.spec
     # GPTQ's codes need its feedback; the round trip to nearest ranks the weights alike.
     method = "rtn" if options.quant_method == "gptq" else options.quant_method
-    ids = calibration_tokens(model_dir, options.calibration, spec.vocab_size)
+    text = str(calibration) if calibration is not None else options.calibration
+    ids = calibration_tokens(model_dir, text, spec.vocab_size)
     windows = _windows(ids, spec.bos_token_id)[:WINDOWS]
     with tempfile.TemporaryDirectory(prefix="es-sensitivity-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)

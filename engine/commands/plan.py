@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from engine.commands._args import (
     add_build_options,
@@ -26,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tradeoff",
         action="store_true",
-        help="measure each 4-bit weight on the checkpoint's float model and list the choices "
-        "between all-INT4 and float with their bytes and predicted mean KLD (a --size-budget "
-        "for each); needs --model and 4 weight or embedding bits",
+        help="measure each 4-bit weight on the checkpoint's float model (on --calibration FILE, "
+        "else a built-in sample) and list the choices between all-INT4 and float with their "
+        "bytes and predicted mean KLD (a --size-budget for each); needs --model and 4 weight "
+        "or embedding bits",
     )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=run)
@@ -52,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
     from engine import sensitivity
 
     spec = load_model_spec(args.model, args.preset)
-    result = plan(spec, options_from_args(args))
+    options = options_from_args(args)
+    text = None  # --tradeoff measures on --calibration whatever the quantizer
+    if args.tradeoff and options.quant_method != "gptq":
+        text, options = options.calibration, replace(options, calibration=None)
+    result = plan(spec, options)
     tradeoff = None
     if args.tradeoff:
         if sensitivity.wanted(result.options):
@@ -61,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{option('size_budget')} / {option('target_kld')}, then plan or build with "
                 "the budget of the line you choose"
             )
-        tradeoff = sensitivity.tradeoff(args.model, result, lambda changed: plan(spec, changed))
+        tradeoff = sensitivity.tradeoff(
+            args.model, result, lambda changed: plan(spec, changed), calibration=text
+        )
     chosen = None
     if sensitivity.wanted(result.options):  # measures: the plan shows the choice per tensor
         result, chosen = sensitivity.apply(args.model, spec, result)

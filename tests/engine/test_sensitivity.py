@@ -206,7 +206,7 @@ def test_the_tradeoff_predicts_what_each_choice_exports(qwen2, all_int4, tmp_pat
     assert loss(tmp_path / "mix") == pytest.approx(mix.predicted_kld, rel=0.3)
 
 
-def test_plan_lists_the_tradeoff(qwen2):
+def test_plan_lists_the_tradeoff(qwen2, tmp_path):
     bits = ["--weight-bits", "4", "--embedding-bits", "4", "--block-size", "16"]
     shown = cli("plan", "--model", str(qwen2), *bits, "--tradeoff")
     assert shown.returncode == 0, shown.stderr
@@ -219,6 +219,15 @@ def test_plan_lists_the_tradeoff(qwen2):
     assert preset.returncode != 0 and "a preset has no weights" in preset.stderr
     float_only = cli("plan", "--model", str(qwen2), "--tradeoff")
     assert float_only.returncode != 0 and "no 4-bit weight" in float_only.stderr
+    # the user's own text, whatever the quantizer: other costs
+    text = tmp_path / "mine.txt"
+    text.write_text("def spam(eggs):\n    return [egg * 2 for egg in eggs]\n" * 400)
+    mine = cli("plan", "--model", str(qwen2), *bits, "--calibration", str(text), "--tradeoff")
+    assert mine.returncode == 0, mine.stderr
+    assert (
+        mine.stdout.split("size against quality")[1]
+        != shown.stdout.split("size against quality")[1]
+    )
     # GPTQ's costs are measured by round to nearest; the float line quantizes nothing
     gptq = cli("plan", "--model", str(qwen2), *bits, "--quant-method", "gptq", "--tradeoff")
     assert gptq.returncode == 0, gptq.stderr
