@@ -178,7 +178,7 @@ CONTROLS: dict[str, Control] = {
         "the fewest INT8 weights that reach it (command line and Python API).",
     ),
     "tradeoff": Control(
-        "Estimate &quality…",
+        "Compa&re sizes and quality…",
         "Measure each 4-bit weight on the checkpoint's float model (as the size budget does) "
         "and compare all-INT4, INT4 + INT8 mixes, INT8 and float: bytes and predicted mean KL "
         "divergence side by side, before any export. Pick one to set the size budget.",

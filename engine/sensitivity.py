@@ -326,7 +326,12 @@ def tradeoff(
     base = export_plan.nbytes
     total = sum(c.kld4 for c in costs)
     kept = sum(wp.quantized and wp.bits == 8 for wp in export_plan.decoder.weights)
-    label = f"INT4, {kept} kept in INT8" if kept else "all INT4"
+    if kept:
+        label = f"as chosen, {kept} kept in INT8"
+    elif options.weight_bits == options.embedding_bits == 4:
+        label = "all INT4"
+    else:  # 4-bit weights with float or INT8 tables, or the other way round
+        label = "as chosen"
     points = [TradeoffPoint(label, base, total, 0, None)]
     all_int8 = base + sum(c.bytes8 - c.bytes4 for c in costs)
     for extra in TRADEOFF_EXTRA:

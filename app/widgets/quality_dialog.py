@@ -33,7 +33,7 @@ from engine.options import ExportOptions
 from engine.sensitivity import Tradeoff, TradeoffPoint
 from engine.units import format_bytes
 
-HEADERS = ("Choice", "Size", "vs all-INT4", "Predicted KLD", "INT8 weights")
+HEADERS = ("Choice", "Size", "vs the first line", "Predicted KLD", "INT8 weights")
 NOTE = (
     "Predicted, not measured on packages: each 4-bit weight's KL divergence is measured with "
     "only it in INT4 on the checkpoint's float32 model (the calibration text), and the costs "
@@ -110,7 +110,9 @@ def _decades(kld: float) -> float:
 
 class QualityDialog(QDialog):
     """Measures in a child process (progress, cancel), then shows the choices; ``Use as
-    size budget`` hands the chosen line's budget (None: none) to ``on_chosen``."""
+    size budget`` hands the chosen line's budget (None: none) to ``on_chosen``. Given a
+    ``measured`` tradeoff (the same checkpoint and options, measured before), it shows that
+    at once; the line of the ``current`` budget starts selected."""
 
     def __init__(
         self,
@@ -118,12 +120,16 @@ class QualityDialog(QDialog):
         options: ExportOptions,
         on_chosen: Callable[[int | None], None],
         parent: QWidget | None = None,
+        *,
+        measured: Tradeoff | None = None,
+        current: int | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Size against quality")
         self.setModal(True)
-        self.resize(760, 560)
+        self.resize(760, 190)  # the results make it taller
         self.tradeoff: Tradeoff | None = None
+        self._current = current
         self._on_chosen = on_chosen
         self._gptq = options.quant_method == "gptq"
         self.status = MessageLabel("Measuring each 4-bit weight on the float model…")
@@ -154,8 +160,12 @@ class QualityDialog(QDialog):
         self.use.clicked.connect(self._use)
         self.close_button.clicked.connect(self.reject)
         self.table.itemSelectionChanged.connect(self._selected)
+        self.worker: Worker | None = None
+        if measured is not None:
+            self._show(measured)
+            return
         request = TradeoffRequest(model_dir, options)
-        self.worker: Worker = start_worker(
+        self.worker = start_worker(
             partial(run_in_process, tradeoff_job, request),
             owner=self,
             name="tradeoff",
@@ -164,24 +174,29 @@ class QualityDialog(QDialog):
             on_progress=self._progress,
         )
 
+    @property
+    def measuring(self) -> bool:
+        return self.worker is not None and self.worker.running
+
     def _progress(self, fraction: float, message: str) -> None:
         if fraction > 0 and self.progress.maximum() == 0:
             self.progress.setRange(0, 1000)
         self.progress.setValue(round(fraction * 1000))
-        self.status.setText(f"Measuring: {message}")
+        self.status.setText(message[:1].upper() + message[1:])
 
     def _show(self, tradeoff: Tradeoff) -> None:
         self.tradeoff = tradeoff
         self.progress.hide()
         self.close_button.setText("Close")
         measured = len(tradeoff.costs)
+        weights = "weight" if measured == 1 else "weights"
         gptq = (
             " GPTQ is measured by its round to nearest, so a GPTQ export loses less."
             if self._gptq
             else ""
         )
         self.status.setText(
-            f"{measured} 4-bit weights measured. Pick a line, then Use as size budget: the "
+            f"{measured} 4-bit {weights} measured. Pick a line, then Use as size budget: the "
             f"budget that exports it.{gptq}"
         )
         base = tradeoff.points[0].nbytes
@@ -189,6 +204,11 @@ class QualityDialog(QDialog):
         self.chart.set_tradeoff(tradeoff)
         self.table.show()
         self.chart.show()
+        self.resize(self.width(), max(self.height(), 560))
+        budgets = [p.size_budget for p in tradeoff.points]
+        if self._current is not None and self._current in budgets:
+            self.table.selectRow(budgets.index(self._current))
+        self.table.setFocus()
 
     def _failed(self, exc: BaseException) -> None:
         self.progress.hide()
@@ -217,7 +237,8 @@ class QualityDialog(QDialog):
         self.accept()
 
     def done(self, result: int) -> None:
-        self.worker.cancel()  # closed while measuring: the child stops at its next weight
+        if self.worker is not None:  # closed while measuring: the child stops at its next weight
+            self.worker.cancel()
         super().done(result)
 
 

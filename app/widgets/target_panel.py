@@ -8,6 +8,8 @@ the note under the form says what changed and why.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,8 @@ class TargetPanel(QGroupBox):
         self.estimate = described(QPushButton(CONTROLS["tradeoff"].label), "tradeoff")
         self.quality_dialog: Any = None
         self._measuring = False
+        self._tradeoffs: dict[tuple[str, ExportOptions], Any] = {}
+        """Measured tradeoffs by checkpoint and options: reopening shows one at once."""
         self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
@@ -246,9 +250,10 @@ class TargetPanel(QGroupBox):
             CONTROLS["size_budget"].help if why is None else f"Not available: {why}."
         )
         self.estimate.setEnabled(why is None and not self._measuring)
-        self.estimate.setToolTip(
-            CONTROLS["tradeoff"].help if why is None else f"Not available: {why}."
-        )
+        if not self._measuring:
+            self.estimate.setToolTip(
+                CONTROLS["tradeoff"].help if why is None else f"Not available: {why}."
+            )
         if custom:
             self.limit.setText(format_bytes(options.max_buffer_size or 0).replace(" ", ""))
         self.limit.setStyleSheet("")
@@ -346,20 +351,36 @@ class TargetPanel(QGroupBox):
 
         if self.quality_dialog is not None:  # closed, and its measurement has stopped
             self.quality_dialog.deleteLater()
+        options = self._state.options
+        key = (self._state.source.value, replace(options, size_budget=None, target_kld=None))
         dialog = QualityDialog(
-            Path(self._state.source.value), self._state.options, self._use_budget, self
+            Path(self._state.source.value),
+            options,
+            self._use_budget,
+            self,
+            measured=self._tradeoffs.get(key),
+            current=options.size_budget,
         )
         self.quality_dialog = dialog
-        # one measurement at a time: a closed dialog's child stops at its next weight
-        self._measuring = True
-        self.estimate.setEnabled(False)
-        dialog.worker.signals.finished.connect(self._measured)
+        if dialog.worker is not None:
+            # one measurement at a time: a closed dialog's child stops at its next weight
+            self._measuring = True
+            self.estimate.setEnabled(False)
+            self.estimate.setToolTip("Not available: the last measurement is still stopping.")
+            dialog.worker.signals.returned.connect(partial(self._tradeoffs.__setitem__, key))
+            dialog.worker.signals.finished.connect(self._measured)
+        # back where the user was, the budget box first (Space must not tick a neighbour)
+        dialog.finished.connect(lambda _: self._focus_after_dialog())
         dialog.open()
         return dialog
 
     def _measured(self) -> None:
         self._measuring = False
         self._sync(self._state.options)
+
+    def _focus_after_dialog(self) -> None:
+        target = self.size_budget if self.size_budget.isEnabled() else self.estimate
+        target.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _use_budget(self, budget: int | None) -> None:
         self.size_budget.setText(exact_size(budget) if budget else "")

@@ -517,8 +517,17 @@ def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
     assert window.state.options.size_budget == budget
     assert panel.size_budget.text() == exact_size(budget)
 
+    assert window.focusWidget() is panel.size_budget  # not a neighbour that Space would tick
+
+    again = panel.estimate_quality()  # the same checkpoint and options: shown at once
+    assert again.worker is None and again.tradeoff is dialog.tradeoff
+    assert again.selected_row() == row  # the budget in use
+    again.reject()
+
+    panel.block_size.setCurrentIndex(find_data(panel.block_size, 32))  # other options
     closed = panel.estimate_quality()  # closed at once: the child is told to stop
+    assert closed.worker is not None
     closed.reject()
-    qtbot.waitUntil(lambda: not closed.worker.running, timeout=60_000)
-    assert closed.tradeoff is None and window.state.options.size_budget == budget
+    qtbot.waitUntil(lambda: not closed.measuring, timeout=60_000)
+    assert closed.tradeoff is None
     qtbot.waitUntil(panel.estimate.isEnabled, timeout=10_000)
