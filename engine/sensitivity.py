@@ -356,8 +356,7 @@ def tradeoff(
     )
     dtype = floats.options.dtype
     points.append(TradeoffPoint(f"float ({dtype})", floats.nbytes, 0.0, 0, None, True))
-    method = "rtn" if options.quant_method == "gptq" else options.quant_method
-    return Tradeoff(tuple(points), tuple(costs), dtype, method)
+    return Tradeoff(tuple(points), tuple(costs), dtype, _measuring_method(options))
 
 
 def pick(
@@ -422,8 +421,7 @@ def measure(
 
     cancel = cancel or CancelToken()
     options, spec = export_plan.options, export_plan.spec
-    # GPTQ's codes need its feedback; the round trip to nearest ranks the weights alike.
-    method = "rtn" if options.quant_method == "gptq" else options.quant_method
+    method = _measuring_method(options)
     text = str(calibration) if calibration is not None else options.calibration
     ids = calibration_tokens(model_dir, text, spec.vocab_size)
     windows = _windows(ids, spec.bos_token_id)[:WINDOWS]
@@ -458,6 +456,12 @@ def measure(
                 del session, kept  # before the temp folder goes (Windows keeps open files)
             progress((index + 1) / len(weights), f"sensitivity: {index + 1}/{len(weights)}")
     return out
+
+
+def _measuring_method(options: ExportOptions) -> str:
+    """The quantizer a weight's cost is measured with: the export's own, except GPTQ, whose
+    codes need its feedback; the round trip to nearest ranks the weights alike."""
+    return "rtn" if options.quant_method == "gptq" else options.quant_method
 
 
 def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: bool) -> np.ndarray:

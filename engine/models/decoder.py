@@ -158,32 +158,25 @@ class Attention(Module):
                 value, heads = norm(ctx, value), True
             return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
 
-        if self._packed:
+        if self._packed and not self._split_qkv:
             qkv = self.qkv_proj(ctx, x)
+            if self._qk_norm:  # q, k and v normed: one norm over all their heads
+                count = heads + 2 * kv_heads
+                qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
+                qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
             past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
-            if self._split_qkv:
-                widths = ctx.ints([heads * dim, kv_heads * dim, kv_heads * dim])
-                query, key, value = op.Split(qkv, widths, axis=-1, _outputs=3)
-                query = finish(query, False, heads, self._norm("q_norm"))
-                key = finish(key, False, kv_heads, self._norm("k_norm"))
-                out, present_key, present_value = attn.gqa(
-                    ctx, layer, state.inputs, query, key, value, past_key, past_value
-                )
-            else:
-                if self._qk_norm:  # q, k and v normed: one norm over all their heads
-                    count = heads + 2 * kv_heads
-                    qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
-                    qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
-                out, present_key, present_value = attn.gqa(
-                    ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
-                )
+            out, present_key, present_value = attn.gqa(
+                ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
+            )
             state.presents[layer.index] = (present_key, present_value)
             return self.o_proj(ctx, out)
         q_norm = self._norm("q_norm")
         key = value = None
-        if self._stored_fused:
+        if self._stored_fused or self._split_qkv:  # one projection, split (and q, k normed)
             widths = ctx.ints([heads * dim, kv_heads * dim, kv_heads * dim])
             query, key, value = op.Split(self.qkv_proj(ctx, x), widths, axis=-1, _outputs=3)
+            query = finish(query, False, heads, q_norm)
+            key = finish(key, False, kv_heads, self._norm("k_norm"))
             past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
         elif layer.owns_kv:
             query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
