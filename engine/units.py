@@ -47,3 +47,21 @@ def exact_size(n: int) -> str:
         if n % scale == 0 and parse_bytes(f"{n // scale}{unit}") == n:
             return f"{n // scale}{unit}"
     return str(n)
+
+
+def rounded_up_size(n: int, decimals: int = 2) -> str:
+    """Bytes rounded up to ``decimals`` decimals of the largest binary unit they reach
+    (``288481`` -> ``'281.72KiB'``), so that :func:`parse_bytes` reads back at least ``n``;
+    exact multiples and sizes under 1 KiB as :func:`exact_size` writes them."""
+    units = [(u, s) for u, s in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)) if n >= s]
+    if not units or n % units[0][1] == 0:
+        return exact_size(n)
+    unit, scale = units[0]
+    step = 10**decimals
+    count = -(-n * step // scale)  # the ceiling, in steps of the last decimal
+    while True:  # parse_bytes goes through a float: one step more where it reads short
+        whole, part = divmod(count, step)
+        text = f"{whole}.{part:0{decimals}d}".rstrip("0").rstrip(".") + unit
+        if parse_bytes(text) >= n:
+            return text
+        count += 1

@@ -240,11 +240,16 @@ class TargetPanel(QGroupBox):
             self.keep_int8.setText(", ".join(options.keep_int8))
         self.keep_int8.setEnabled(quantized)
         budget = options.size_budget
-        self.size_budget.setText(exact_size(budget) if budget else "")  # reads back exactly
-        self.size_budget.setStyleSheet("")
         why = self._budget_unavailable(
             options.weight_bits, options.embedding_bits, options.random_weights
         )
+        # the options' budget keeps its text while that reads back as its bytes; a budget the
+        # choices leave out waits in the box, as typed, for ones it applies to (the note says)
+        if budget is not None and self._typed_budget() != budget:
+            self.size_budget.setText(exact_size(budget))
+        elif budget is None and why is None:
+            self.size_budget.setText("")
+        self.size_budget.setStyleSheet("")
         self.size_budget.setEnabled(why is None)
         self.size_budget.setToolTip(
             CONTROLS["size_budget"].help if why is None else f"Not available: {why}."
@@ -260,6 +265,7 @@ class TargetPanel(QGroupBox):
         self.max_length.setValue(options.max_length or 0)
         self.random_weights.setChecked(options.random_weights or self._state.source.is_preset)
         self._show_constraints(self._state.constraints)
+        self._show_note()
         self._syncing = False
 
     def _show_constraints(self, constraints: Constraints) -> None:
@@ -290,6 +296,8 @@ class TargetPanel(QGroupBox):
             else CONTROLS["random_weights"].help
         )
         self._sync(self._state.options)
+        if self._state.options.size_budget is not None and not self._budget_applies():
+            self._state.update_options(size_budget=None)  # it waits in the box, as typed
 
     def _sync_output(self, *_: Any) -> None:
         if self.output.text() != self._state.output:
@@ -297,9 +305,23 @@ class TargetPanel(QGroupBox):
         if self.overwrite.isChecked() != self._state.overwrite:
             self.overwrite.setChecked(self._state.overwrite)
 
-    def _show_note(self, text: str) -> None:
+    def _show_note(self, *_: Any) -> None:
+        """What the state adjusted, and a size budget in the box that the choices leave
+        unused."""
+        text = " ".join(n for n in (self._state.adjustment, self._unused_budget()) if n)
         self.note.setText(f"ⓘ {text}" if text else "")
         self.note.setVisible(bool(text))
+
+    def _unused_budget(self) -> str:
+        """Why the size budget in the box is not applied ("" when it is, or there is none)."""
+        text = self.size_budget.text().strip()
+        options = self._state.options
+        why = self._budget_unavailable(
+            options.weight_bits, options.embedding_bits, options.random_weights
+        )
+        if not text or why is None:
+            return ""
+        return f"{CONTROLS['size_budget'].name} {text} is not applied: {why}."
 
     def _show_advanced(self, shown: bool) -> None:
         self.advanced.setVisible(shown)
@@ -313,7 +335,8 @@ class TargetPanel(QGroupBox):
             return
         limit = self._custom_limit()
         budget = self._size_budget()
-        if limit is False or budget is False:
+        applies = self._budget_applies()
+        if limit is False or (budget is False and applies):
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
@@ -341,7 +364,7 @@ class TargetPanel(QGroupBox):
             force=self.force.isChecked() and limit is not None,
             keep_float=_patterns(self.keep_float),
             keep_int8=_patterns(self.keep_int8) if quantized else (),
-            size_budget=budget if self._budget_applies() else None,
+            size_budget=budget if applies and budget is not False else None,
         )
 
     def estimate_quality(self) -> Any:
@@ -382,8 +405,9 @@ class TargetPanel(QGroupBox):
         target = self.size_budget if self.size_budget.isEnabled() else self.estimate
         target.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def _use_budget(self, budget: int | None) -> None:
-        self.size_budget.setText(exact_size(budget) if budget else "")
+    def _use_budget(self, text: str) -> None:
+        """The budget the dialog chose, as it reads back ("" for none)."""
+        self.size_budget.setText(text)
         self._apply()
 
     def _budget_unavailable(
@@ -404,6 +428,14 @@ class TargetPanel(QGroupBox):
         random = self.random_weights.isChecked() and not self._state.source.is_preset
         bits = (self.weight_bits.currentData(), self.embedding_bits.currentData())
         return self._budget_unavailable(*bits, random) is None
+
+    def _typed_budget(self) -> int | None:
+        """The bytes the budget box's text reads as, None for none or a bad text."""
+        text = self.size_budget.text().strip()
+        try:
+            return parse_bytes(text) if text else None
+        except ValueError:
+            return None
 
     def _size_budget(self) -> int | bool | None:
         """The size budget in bytes, None for none, False when the text is bad."""

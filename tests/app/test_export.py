@@ -475,13 +475,14 @@ def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
 ):
     """Before any export: Estimate quality measures the checkpoint's 4-bit weights in a
     child process, lists every choice from all-INT4 to float with its bytes and predicted
-    KLD (table and chart), and the line picked becomes the size budget, exact to the byte.
-    Greyed out with the reason where there is nothing to measure; closing the dialog while
-    it measures stops the measurement."""
+    KLD (table and chart), and the line picked becomes the size budget, rounded up to a
+    readable size that exports the same line. Greyed out with the reason where there is
+    nothing to measure; closing the dialog while it measures stops the measurement."""
+    from app.widgets.quality_dialog import budget_text
     from app.widgets.target_panel import find_data
     from engine.models import load_spec
     from engine.plan import plan
-    from engine.units import exact_size
+    from engine.units import parse_bytes
     from tests._support.tiny_llama import make_checkpoint
 
     panel = window.target_panel
@@ -513,9 +514,9 @@ def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
     assert dialog.use.isEnabled() and points[row].label in dialog.chart.legend.text()
     _click(qtbot, dialog.use)
     assert not dialog.isVisible()
-    budget = points[row].size_budget
-    assert window.state.options.size_budget == budget
-    assert panel.size_budget.text() == exact_size(budget)
+    text = budget_text(dialog.tradeoff, points[row], window.state.options)
+    assert panel.size_budget.text() == text
+    assert window.state.options.size_budget == parse_bytes(text) >= points[row].size_budget
 
     assert window.focusWidget() is panel.size_budget  # not a neighbour that Space would tick
 
