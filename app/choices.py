@@ -60,12 +60,12 @@ def ep_constraints(caps: EpCapabilities) -> Constraints:
 
 
 def source_constraints(is_preset: bool) -> Constraints:
-    """What the model source rules out: GPTQ calibrates on a checkpoint's own weights,
-    which a preset (architecture only) does not have."""
+    """What the model source rules out: GPTQ and AWQ calibrate on a checkpoint's own
+    weights, which a preset (architecture only) does not have."""
     if not is_preset:
         return Constraints()
-    reason = "GPTQ calibrates on a checkpoint's own weights; a preset has none"
-    return Constraints({"quant_method": {"gptq": reason}})
+    reason = "calibration runs the checkpoint's own weights; a preset has none"
+    return Constraints({"quant_method": dict.fromkeys(("gptq", "awq", "awq-gptq"), reason)})
 
 
 def model_constraints(spec: ModelSpec, options: ExportOptions) -> Constraints:

@@ -108,10 +108,18 @@ CONTROLS: dict[str, Control] = {
     ),
     "quant_method": Control(
         "Quantizer",
-        "round to nearest (fast), a per-block scale search (slower, lower error), or GPTQ: "
+        "round to nearest (fast), a per-block scale search (slower, lower error), GPTQ: "
         "error feedback from each linear's inputs on a built-in calibration text (a "
-        "checkpoint with its tokenizer; slowest, lowest error).",
-        (("round to nearest", "rtn"), ("scale search", "search"), ("GPTQ (calibrated)", "gptq")),
+        "checkpoint with its tokenizer; slowest, lowest error), AWQ: activation-aware input "
+        "scales folded into the norms (calibrated too; helps where a few input channels are "
+        "loud), or AWQ then GPTQ.",
+        (
+            ("round to nearest", "rtn"),
+            ("scale search", "search"),
+            ("GPTQ (calibrated)", "gptq"),
+            ("AWQ (calibrated)", "awq"),
+            ("AWQ + GPTQ (calibrated)", "awq-gptq"),
+        ),
     ),
     "quantize_lm_head": Control(
         "Quantize the LM head",

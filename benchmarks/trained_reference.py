@@ -63,6 +63,10 @@ CHOICES: dict[str, dict[str, Any]] = {
     "int4_rtn_b128": dict(weight_bits=4, embedding_bits=4, block_size=128),
     "int4_gptq": dict(weight_bits=4, embedding_bits=4, quant_method="gptq"),
     "int4_gptq_int8_tables": dict(weight_bits=4, embedding_bits=8, quant_method="gptq"),
+    "int4_awq": dict(weight_bits=4, embedding_bits=4, quant_method="awq"),
+    "int4_awq_gptq": dict(weight_bits=4, embedding_bits=4, quant_method="awq-gptq"),
+    "int4_awq_float_tables": dict(weight_bits=4, quant_method="awq"),
+    "int4_gptq_float_tables": dict(weight_bits=4, quant_method="gptq"),
     # the tied table in INT8 at block 128: +9.1% bytes over all-INT4 on the gpu preset
     # (block 32: +11.8%), INT8's rounding is small either way
     "int4_rtn_int8_tables_b128": dict(weight_bits=4, embedding_bits=8, embedding_block_size=128),
@@ -90,8 +94,8 @@ CHOICES: dict[str, dict[str, Any]] = {
         weight_bits=4, embedding_bits=4, quant_method="gptq", size_budget_ratio=1.20
     ),
 }
-"""``gptq`` choices calibrate on the training text (``calibration.txt``, never the held-out
-text they are scored on)."""
+"""Calibrated choices (``gptq``, ``awq``, ``awq-gptq``, size budgets) calibrate on the
+training text (``calibration.txt``, never the held-out text they are scored on)."""
 """Each quantization choice, as ExportOptions fields (block 32 unless named)."""
 
 
@@ -272,6 +276,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the checkpoint here")
     parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="score a checkpoint kept by an earlier run (--keep) instead of training one",
+    )
+    parser.add_argument(
         "--cuda", action="store_true", help="also CUDA packages, run on the CUDA EP (GPU)"
     )
     parser.add_argument(
@@ -287,19 +297,28 @@ def main() -> None:
     report: dict[str, Any] = {"preset": args.preset, "size": size, "seed": args.seed}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        checkpoint = args.keep or root / "reference"
+        checkpoint = args.checkpoint or args.keep or root / "reference"
         checkpoint.mkdir(parents=True, exist_ok=True)
         train_text, held_text, stats = corpus()
         report["corpus"] = {**stats, "train_chars": len(train_text), "held_chars": len(held_text)}
         started = time.perf_counter()
-        tokenizer = train_tokenizer(train_text, size["vocab"], checkpoint)
-        report["tokenizer_seconds"] = round(time.perf_counter() - started, 1)
+        if args.checkpoint is not None:
+            from tokenizers import Tokenizer
+            from transformers import AutoModelForCausalLM
+
+            tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+            model = AutoModelForCausalLM.from_pretrained(checkpoint).eval().float()
+            report["training"] = {"checkpoint": str(checkpoint)}
+        else:
+            tokenizer = train_tokenizer(train_text, size["vocab"], checkpoint)
+            report["tokenizer_seconds"] = round(time.perf_counter() - started, 1)
         train_ids = np.array(tokenizer.encode(train_text).ids, dtype=np.int32)
         held_ids = np.array(tokenizer.encode(held_text).ids, dtype=np.int32)
         report["corpus"].update(train_tokens=len(train_ids), held_tokens=len(held_ids))
-        trained = train_model(train_ids, size, checkpoint, args.seed)
-        model = trained.pop("model")
-        report["training"] = trained
+        if args.checkpoint is None:
+            trained = train_model(train_ids, size, checkpoint, args.seed)
+            model = trained.pop("model")
+            report["training"] = trained
         seq, count = size["seq"], size["eval_sequences"]
         stride = max(seq, (len(held_ids) - seq) // count)
         sequences = [held_ids[i * stride : i * stride + seq] for i in range(count)]
@@ -338,7 +357,8 @@ def main() -> None:
                 continue
             out = root / name
             started = time.perf_counter()
-            if choice.get("quant_method") == "gptq" or "size_budget_ratio" in choice:
+            calibrated = choice.get("quant_method") in ("gptq", "awq", "awq-gptq")
+            if calibrated or "size_budget_ratio" in choice:
                 choice = {**choice, "calibration": str(calibration)}
             if "size_budget_ratio" in choice:  # of the same choice's all-INT4 package
                 from engine.models import load_spec
@@ -355,6 +375,9 @@ def main() -> None:
                 "bytes": result.plan.nbytes,
                 "export_seconds": round(seconds, 2),
             }
+            calibrated_notes = [n for n in result.notes if n.startswith(("AWQ", "GPTQ"))]
+            if calibrated_notes:
+                packages[name]["notes"] = calibrated_notes
         for name, choice in CUDA_CHOICES.items() if args.cuda else ():
             out = root / name
             try:

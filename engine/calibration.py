@@ -1,5 +1,5 @@
-"""Calibration for GPTQ (``quant_method="gptq"``): each linear's input statistics from the
-float model running real text.
+"""Calibration for GPTQ and AWQ (``quant_method`` ``gptq``, ``awq``, ``awq-gptq``): each
+linear's input statistics from the float model running real text.
 
 The checkpoint is first exported as a float CPU package (fp32, text decoder) into a temp
 folder; its graph gets the input of every MatMul over a checkpoint linear as an extra
@@ -7,6 +7,9 @@ output; token sequences of the calibration text (the user's file, or a built-in 
 documentation strings of the Python standard library, which every machine has) run
 through it one prefill each, and ``H = sum x x^T`` is accumulated per input. Linears that
 read the same input (q/k/v, gate/up) share one :class:`~engine.quantize.gptq.Feedback`.
+AWQ searches each foldable input's scales on those statistics and the float model's own
+weights (:mod:`engine.quantize.awq`, :mod:`engine.activation_scaling`); GPTQ after AWQ
+takes the statistics of the scaled inputs.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import ast
 import sysconfig
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.activation_scaling import Fold, Scaling, find_folds
 from engine.errors import OptionsError, option
 from engine.plan_model import ExportPlan
 from engine.progress import CancelToken, Progress, no_progress
+from engine.quantize.awq import InputScales, search_scales
 from engine.quantize.gptq import Feedback
 
 SEQUENCE_LENGTH = 256
@@ -44,6 +50,12 @@ SAMPLE_MODULES = (
     "logging/__init__",
 )
 """Standard-library modules whose documentation strings make the built-in sample."""
+AWQ_METHODS = ("awq", "awq-gptq")
+"""Quantization methods that scale the linears' inputs (:mod:`engine.quantize.awq`)."""
+GPTQ_METHODS = ("gptq", "awq-gptq")
+"""Quantization methods that quantize with GPTQ's error feedback."""
+CALIBRATED_METHODS = ("gptq", "awq", "awq-gptq")
+"""Methods that run the float model on calibration text."""
 
 
 def sample_text() -> str:
@@ -138,18 +150,51 @@ def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
     return calibration_tokens(model_dir, export_plan.options.calibration, spec.vocab_size)
 
 
-def linear_feedback(
+@dataclass(frozen=True)
+class Calibration:
+    """What calibration found: GPTQ's feedback per linear weight name (empty unless GPTQ),
+    and AWQ's input scaling (None unless AWQ)."""
+
+    feedback: dict[str, Feedback]
+    scaling: Scaling | None = None
+    scaled: tuple[InputScales, ...] = ()
+    """AWQ's search result of each input it scaled."""
+    searched: int = 0
+    """Inputs AWQ searched scales for (those it could fold; the others keep ``s = 1``)."""
+
+    def notes(self) -> list[str]:
+        """The export summary's line about AWQ, if it ran."""
+        if not self.searched:
+            return []
+        if not self.scaled:
+            return [
+                f"AWQ: round to nearest was best for all {self.searched} inputs searched; "
+                "no input is scaled"
+            ]
+        alphas = sorted(r.alpha for r in self.scaled)
+        gain = float(np.exp(np.mean([np.log(r.gain) for r in self.scaled])))
+        return [
+            f"AWQ: {len(self.scaled)} of {self.searched} inputs scaled (alpha "
+            f"{alphas[0]:.2f}-{alphas[-1]:.2f}), their linears' output error on the "
+            f"calibration text {1 / gain:.2f}x round to nearest's"
+        ]
+
+
+def calibrate(
     model_dir: str | Path,
     ids: np.ndarray,
+    export_plan: ExportPlan,
     *,
-    bos_token_id: int | None = None,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
-) -> dict[str, Feedback]:
-    """Weight name (``layers.0.self_attn.q_proj.weight``) -> its input's GPTQ feedback,
-    from the calibration tokens ``ids`` (each window starts with ``bos_token_id``)."""
+) -> Calibration:
+    """Run the calibration tokens ``ids`` through the checkpoint's float model and derive
+    what ``export_plan``'s quantization method needs: AWQ's scales (``awq``,
+    ``awq-gptq``), then GPTQ's feedback from the inputs as scaled (``gptq``,
+    ``awq-gptq``)."""
     import onnx
 
+    method = export_plan.options.quant_method
     cancel = cancel or CancelToken()
     with tempfile.TemporaryDirectory(prefix="es-calibrate-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -158,14 +203,97 @@ def linear_feedback(
         proto = onnx.load(str(model_file), load_external_data=False)
         inputs = _linear_inputs(proto)
         names = sorted(set(inputs.values()))
+        folds = find_folds(proto, inputs) if method in AWQ_METHODS else {}
         for name in names:
             proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
         probe = work / "float" / "calibrate.onnx"
         onnx.save(proto, str(probe))
-        sums = _accumulate(probe, _windows(ids, bos_token_id), names, progress, cancel)
-    progress(0.9, "calibration: feedback per input")
-    feedback = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
-    return {weight: feedback[value] for weight, value in inputs.items() if value in feedback}
+        bos = export_plan.spec.bos_token_id
+        sums = _accumulate(probe, _windows(ids, bos), names, progress, cancel)
+        scaling: Scaling | None = None
+        scaled: tuple[InputScales, ...] = ()
+        searched = 0
+        if folds:
+            progress(0.9, "calibration: activation-aware scales")
+            scaling, scaled, searched = _awq(
+                proto, model_file.parent, export_plan, inputs, folds, sums, cancel
+            )
+            sums = {name: _scaled_statistics(name, h, inputs, scaling) for name, h in sums.items()}
+    feedback: dict[str, Feedback] = {}
+    if method in GPTQ_METHODS:
+        progress(0.95, "calibration: feedback per input")
+        per_input = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
+        feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
+    return Calibration(feedback, scaling, scaled, searched)
+
+
+def _awq(
+    proto: Any,
+    folder: Path,
+    export_plan: ExportPlan,
+    inputs: Mapping[str, str],
+    folds: Mapping[str, Fold],
+    sums: Mapping[str, np.ndarray],
+    cancel: CancelToken,
+) -> tuple[Scaling, tuple[InputScales, ...], int]:
+    """Search each foldable input's scales on the float model's own weights, for the bits
+    and block size the package quantizes its linears with; inputs whose linears (or whose
+    fold target) the package does not hold under the same names keep ``s = 1``."""
+    from onnx import TensorProto, numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    planned = {
+        part.name: wp
+        for wp in export_plan.decoder.weights
+        if not wp.shares
+        for part in (wp.weight.parts or (wp.weight,))
+    }
+    tensors = {t.name: t for t in proto.graph.initializer}
+    # a head's W @ x^T holds W as the checkpoint does ([out, in]); x @ W^T holds [in, out]
+    as_stored = {n.input[0] for n in proto.graph.node if n.op_type == "MatMul"}
+    scaling = Scaling()
+    found = []
+    searched = 0
+    for activation, fold in sorted(folds.items()):
+        cancel.raise_if_cancelled()
+        linears = sorted(w for w, a in inputs.items() if a == activation)
+        plans = [planned.get(w) for w in linears]
+        quantized = [p for p in plans if p is not None and p.storage == "matmulnbits"]
+        if not quantized or None in plans or fold.weight not in planned:
+            continue
+        weights = []
+        for name in linears:
+            tensor = tensors[name]
+            if tensor.data_location == TensorProto.EXTERNAL:
+                load_external_data_for_tensor(tensor, str(folder))
+            array = numpy_helper.to_array(tensor)
+            weights.append(array if name in as_stored else array.T)
+        searched += 1
+        bits = min(p.bits or 8 for p in quantized)
+        block = min(p.block_size or 32 for p in quantized)
+        result = search_scales(
+            weights,
+            sums[activation],
+            bits=bits,
+            block_size=block,
+            symmetric=quantized[0].symmetric,
+        )
+        if result.alpha == 0:
+            continue  # round to nearest was best: nothing to fold
+        scaling.add(linears, fold, result.scales, int(weights[0].shape[1]))
+        found.append(result)
+    return scaling, tuple(found), searched
+
+
+def _scaled_statistics(
+    activation: str, h: np.ndarray, inputs: Mapping[str, str], scaling: Scaling
+) -> np.ndarray:
+    """``H`` of the input as the package's scaled linears see it: ``x / s``."""
+    for weight, value in inputs.items():
+        if value == activation and weight in scaling.columns:
+            inverse = 1.0 / scaling.columns[weight].astype(np.float64)
+            return h * inverse[:, None] * inverse[None, :]
+    return h
 
 
 def float_model(model_dir: Path, work: Path, cancel: CancelToken) -> Path:

@@ -13,7 +13,7 @@ from engine.errors import OptionsError, option
 DType = Literal["fp32", "fp16", "bf16"]
 GraphCapture = Literal["auto", "on", "off"]
 AttentionPath = Literal["auto", "gqa", "standard"]
-QuantMethod = Literal["rtn", "search", "gptq"]
+QuantMethod = Literal["rtn", "search", "gptq", "awq", "awq-gptq"]
 
 DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
 VALID_BITS = (4, 8)
@@ -42,12 +42,15 @@ class ExportOptions:
     """Block size of the embedding tables; None uses ``block_size``."""
     symmetric: bool = False
     quant_method: QuantMethod = "rtn"
-    """``rtn``, ``search`` (per-block scale search) or ``gptq`` (error feedback from the
+    """``rtn``, ``search`` (per-block scale search), ``gptq`` (error feedback from the
     linears' inputs on calibration text, :mod:`engine.calibration`; a token table a tied
-    head reads is calibrated as that head, other tables stay RTN)."""
+    head reads is calibrated as that head, other tables stay RTN), ``awq`` (activation-aware
+    input scales folded into the norms and up projections, then round to nearest:
+    :mod:`engine.quantize.awq`) or ``awq-gptq`` (those scales, then GPTQ)."""
     calibration: str | None = None
-    """A UTF-8 text file whose tokens calibrate ``gptq`` and the sensitivity measurement of
-    ``size_budget`` / ``target_kld``; None = the built-in sample."""
+    """A UTF-8 text file whose tokens calibrate ``gptq`` / ``awq`` / ``awq-gptq`` and the
+    sensitivity measurement of ``size_budget`` / ``target_kld``; None = the built-in
+    sample."""
     quantize_lm_head: bool = True
     accuracy_level: int | None = None
     graph_capture: GraphCapture = "auto"
@@ -89,6 +92,11 @@ class ExportOptions:
             object.__setattr__(self, "modalities", tuple(self.modalities))
 
     @property
+    def calibrated(self) -> bool:
+        """The quantization method runs the float model on calibration text (GPTQ, AWQ)."""
+        return self.quant_method in ("gptq", "awq", "awq-gptq")
+
+    @property
     def caps(self) -> EpCapabilities:
         return get_caps(self.ep)
 
@@ -116,18 +124,19 @@ class ExportOptions:
                 raise OptionsError(f"{label} must be a power of two from 16 to 256, got {size}")
         if self.quant_method not in get_args(QuantMethod):
             raise OptionsError(
-                f"unknown quantization method {self.quant_method!r}; use rtn, search or gptq"
+                f"unknown quantization method {self.quant_method!r}; use rtn, search, gptq, "
+                "awq or awq-gptq"
             )
-        if self.quant_method == "gptq" and self.weight_bits is None:
+        if self.calibrated and self.weight_bits is None:
             raise OptionsError(
-                f"{option('quant_method', 'gptq')} quantizes linear weights; add "
+                f"{option('quant_method', self.quant_method)} quantizes linear weights; add "
                 f"{option('weight_bits', 4)}"
             )
         measured = self.size_budget is not None or self.target_kld is not None
-        if self.calibration is not None and self.quant_method != "gptq" and not measured:
+        if self.calibration is not None and not self.calibrated and not measured:
             raise OptionsError(
-                f"{option('calibration')} is read by {option('quant_method', 'gptq')} and by "
-                f"{option('size_budget')} / {option('target_kld')} only"
+                f"{option('calibration')} is read by {option('quant_method', 'gptq')}, awq "
+                f"or awq-gptq and by {option('size_budget')} / {option('target_kld')} only"
             )
         if self.weight_bits is not None and not caps.supports("MatMulNBits"):
             raise OptionsError(

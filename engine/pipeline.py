@@ -15,7 +15,9 @@ from typing import Any
 import onnx_ir as ir
 
 from engine import sensitivity
+from engine.activation_scaling import ScaledSource
 from engine.audit import SessionAudit, audit_model, decide_capture
+from engine.calibration import Calibration
 from engine.errors import OptionsError, option, render_message
 from engine.genai_config import make_genai_config, processor_files
 from engine.genai_doc import GenaiDoc
@@ -147,10 +149,13 @@ def export(
         )
         check_buffer_limit(export_plan)  # the INT8 weights are larger: checked again
         check_resources(export_plan, out)
-    feedback = None
-    if options.quant_method == "gptq":
-        feedback = _calibrate(model_dir, export_plan, progress, cancel)
+    calibration = None
+    if options.calibrated:
+        calibration = _calibrate(model_dir, export_plan, progress, cancel)
+        if calibration.scaling:
+            source = ScaledSource(source, calibration.scaling)
     progress(0.03, "building the graphs")
+    feedback = calibration.feedback if calibration is not None else None
     factory = TensorFactory(export_plan, source, cancel, feedback=feedback)
     built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
     notes: list[str] = [*ready.notes, *tokenizer_notes]
@@ -198,11 +203,13 @@ def export(
         notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
         if precision_note is not None:
             notes.append(precision_note)
-        if feedback is not None:
+        if calibration is not None:
             from engine.calibration import describe
 
-            applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
-            notes.append(describe(applied, inputs, factory.gptq_fallbacks))
+            if feedback:
+                applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
+                notes.append(describe(applied, inputs, factory.gptq_fallbacks))
+            notes.extend(calibration.notes())
         tokenizer = copy_tokenizer(source_dir, staging)
         audits = {session.name: session.audit for session in built}
         package_files = [*folder_files(staging), MANIFEST]
@@ -283,21 +290,23 @@ def _calibrate(
     export_plan: ExportPlan,
     progress: Progress,
     cancel: CancelToken,
-) -> dict[str, Any]:
-    """GPTQ's statistics from the checkpoint's float model on calibration text."""
-    from engine.calibration import linear_feedback, prepare
+) -> Calibration:
+    """GPTQ's statistics and AWQ's scales from the checkpoint's float model on calibration
+    text."""
+    from engine.calibration import calibrate, prepare
 
+    method = export_plan.options.quant_method
     if model_dir is None or export_plan.options.random_weights:
         raise OptionsError(
-            f"{option('quant_method', 'gptq')} calibrates on the checkpoint's own weights; "
+            f"{option('quant_method', method)} calibrates on the checkpoint's own weights; "
             f"random weights have none: use {option('quant_method', 'rtn')}"
         )
     ids = prepare(Path(model_dir), export_plan)
-    progress(0.02, "calibrating (GPTQ)")
-    return linear_feedback(
+    progress(0.02, f"calibrating ({method.upper()})")
+    return calibrate(
         Path(model_dir),
         ids,
-        bos_token_id=export_plan.spec.bos_token_id,
+        export_plan,
         progress=lambda f, m: progress(0.02 + 0.01 * f, m),
         cancel=cancel,
     )

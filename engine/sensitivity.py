@@ -459,9 +459,10 @@ def measure(
 
 
 def _measuring_method(options: ExportOptions) -> str:
-    """The quantizer a weight's cost is measured with: the export's own, except GPTQ, whose
-    codes need its feedback; the round trip to nearest ranks the weights alike."""
-    return "rtn" if options.quant_method == "gptq" else options.quant_method
+    """The quantizer a weight's cost is measured with: the export's own, except the
+    calibrated ones (GPTQ's codes need its feedback, AWQ's its scales); the round trip to
+    nearest ranks the weights alike."""
+    return "rtn" if options.calibrated else options.quant_method
 
 
 def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: bool) -> np.ndarray:

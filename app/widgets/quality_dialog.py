@@ -294,7 +294,7 @@ class QualityDialog(QDialog):
         self._options = options
         self._budgets: list[str] = []
         """Each line's size budget as the budget box shows it."""
-        self._gptq = options.quant_method == "gptq"
+        self._calibrated = options.quant_method if options.calibrated else None
         self.status = MessageLabel("Measuring each 4-bit weight on the float model…")
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)  # busy until the first weight is measured
@@ -354,9 +354,12 @@ class QualityDialog(QDialog):
         self.close_button.setText("Close")
         measured = len(tradeoff.costs)
         weights = "weight" if measured == 1 else "weights"
+        method = {"gptq": "GPTQ", "awq": "AWQ", "awq-gptq": "AWQ + GPTQ"}.get(
+            self._calibrated or ""
+        )
         gptq = (
-            " GPTQ is measured by its round to nearest, so a GPTQ export loses less."
-            if self._gptq
+            f" {method} is measured by round to nearest, so a {method} export loses less."
+            if method
             else ""
         )
         missing = missing_lines(tradeoff)

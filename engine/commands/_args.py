@@ -86,18 +86,20 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quant-method",
-        choices=("rtn", "search", "gptq"),
+        choices=("rtn", "search", "gptq", "awq", "awq-gptq"),
         default="rtn",
         help="rtn: round to nearest; search: per-block scale search (slower, lower error); "
         "gptq: error feedback from each linear's inputs on calibration text (a checkpoint "
-        "with its tokenizer; slowest, lowest error)",
+        "with its tokenizer; slowest); awq: activation-aware input scales, folded into the "
+        "norms, then round to nearest (calibrated too); awq-gptq: those scales, then GPTQ "
+        "(lowest error)",
     )
     parser.add_argument(
         "--calibration",
         metavar="TEXT_FILE",
         default=None,
-        help="UTF-8 text whose tokens calibrate --quant-method gptq (default: a built-in "
-        "sample of the Python standard library's documentation strings)",
+        help="UTF-8 text whose tokens calibrate --quant-method gptq, awq or awq-gptq (default: "
+        "a built-in sample of the Python standard library's documentation strings)",
     )
     parser.add_argument(
         "--no-quantize-lm-head",

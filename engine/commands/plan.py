@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model_spec(args.model, args.preset)
     options = options_from_args(args)
     text = None  # --tradeoff measures on --calibration whatever the quantizer
-    if args.tradeoff and options.quant_method != "gptq":
+    if args.tradeoff and not options.calibrated:
         text, options = options.calibration, replace(options, calibration=None)
     result = plan(spec, options)
     tradeoff = None

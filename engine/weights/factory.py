@@ -304,7 +304,7 @@ class TensorFactory:
                 block_size=weight.block_size,
                 symmetric=weight.symmetric,
                 scale_dtype=numpy_dtype(weight.dtype),
-                method="rtn" if method == "gptq" else method,
+                method=method if method in ("rtn", "search") else "rtn",
                 name=self._tensor_name(weight),
             )
         # MatMulNBits' blocks padded to whole ones, GatherBlockQuantized's rows as they are.

@@ -369,21 +369,25 @@ def test_the_inputs_follow_the_towers_the_model_has(qtbot, window: MainWindow, s
     assert not window.banner.isVisible()
 
 
-def test_gptq_is_offered_for_checkpoints_only(qtbot, window: MainWindow, tmp_path: Path):
-    """A preset has no weights to calibrate on: GPTQ is disabled with the reason there, offered
-    for a checkpoint folder, and moved back to round to nearest (said) on a switch to a preset."""
+@pytest.mark.parametrize("method", ["gptq", "awq", "awq-gptq"])
+def test_calibrated_quantizers_are_offered_for_checkpoints_only(
+    qtbot, window: MainWindow, tmp_path: Path, method: str
+):
+    """A preset has no weights to calibrate on: GPTQ and AWQ are disabled with the reason
+    there, offered for a checkpoint folder, and moved back to round to nearest (said) on a
+    switch to a preset."""
     from tests._support.tiny_llama import make_checkpoint
 
     panel = window.target_panel
     _choose(panel.weight_bits, 4)
-    item = panel.quant_method.model().item(find_data(panel.quant_method, "gptq"))
+    item = panel.quant_method.model().item(find_data(panel.quant_method, method))
     assert not item.isEnabled() and "a preset has none" in item.toolTip()
     make_checkpoint(tmp_path / "qwen3", "qwen3")
     window.state.set_source(ModelSource("folder", str(tmp_path / "qwen3")))
-    item = panel.quant_method.model().item(find_data(panel.quant_method, "gptq"))
+    item = panel.quant_method.model().item(find_data(panel.quant_method, method))
     assert item.isEnabled()
-    _choose(panel.quant_method, "gptq")
-    assert window.state.options.quant_method == "gptq"
+    _choose(panel.quant_method, method)
+    assert window.state.options.quant_method == method
     window.state.set_source(ModelSource("preset", "gemma4-tiny"))
     assert window.state.options.quant_method == "rtn"
     assert "a preset has none" in window.state.adjustment
