@@ -359,7 +359,11 @@ def gqa(
         return _gqa_node(ctx, layer, inputs, query, None, None, past_key, past_value, window)
     if key is None or value is None:
         if kv_width not in inputs.empty_kv:
-            inputs.empty_kv[kv_width] = _empty_kv(ctx, inputs.input_ids, kv_width)
+            inputs.empty_kv[kv_width] = (
+                _empty_kv(ctx, inputs.input_ids, kv_width)
+                if ctx.caps.capture_needs_static_graph
+                else _no_rows(ctx, query, kv_width)
+            )
         key = value = inputs.empty_kv[kv_width]
     return _gqa_node(ctx, layer, inputs, query, key, value, past_key, past_value, window)
 
@@ -399,11 +403,20 @@ def _gqa_node(
     return out, present_key, present_value
 
 
+def _no_rows(ctx: BuildContext, query: ir.Value, width: int) -> ir.Value:
+    """A [B, 0, width] tensor of the activation dtype: no rows of ``query``'s first
+    ``width`` columns (``width`` <= its heads * D). One Slice with constant bounds, on the
+    device: the Shape -> Concat -> ConstantOfShape form left its shape Concat on the host
+    (the CUDA EP places shape arithmetic there; measured on the H200)."""
+    return ctx.op.Slice(query, ctx.ints([0, 0]), ctx.ints([0, width]), ctx.ints([1, 2]))
+
+
 def _empty_kv(ctx: BuildContext, input_ids: ir.Value, width: int) -> ir.Value:
     """A [B, 0, width] tensor of the activation dtype, built from the batch size.
 
     This dynamic form works for any batch; the static-empty-KV rewrite replaces it with
-    a constant for EPs that run under graph capture (batch 1, no Shape on the device).
+    a constant for EPs whose capture needs a static graph (batch 1, no Shape on the
+    device: WebGPU). Other EPs take :func:`_no_rows`.
     """
     op = ctx.op
     batch = op.Shape(input_ids, start=0, end=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -103,11 +104,30 @@ def test_webgpu_decoder_has_no_dynamic_shape_ops(preset: str):
         assert ops.count(op) == 0, op
 
 
-def test_cpu_graph_is_not_rewritten():
-    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="cpu"))
+@pytest.mark.parametrize(("ep", "preset"), [("cpu", "gemma4-tiny"), ("cuda", "gemma4-e2b")])
+def test_other_eps_slice_the_empty_kv_from_the_query(ep: str, preset: str):
+    """Without the rewrite (any batch) the KV-shared layers' empty key and value are no rows
+    of the query, one Slice on the device: no Shape -> Concat -> ConstantOfShape, whose
+    Concat the CUDA EP put on the host (E2B's decoder on the H200: 2 Concat nodes on the
+    CPU EP). What is left on the host is GroupQueryAttention's total_sequence_length."""
+    options = ExportOptions(ep=ep, weight_bits=4, embedding_bits=4, modalities=("text",))
+    export_plan = plan(load_preset(preset), options)
     model = build_decoder(export_plan)
     assert apply_rewrites(model, export_plan.caps) == {}
-    assert any(node.op_type == "ConstantOfShape" for node in model.graph)
+    ops = [node.op_type for node in model.graph]
+    assert "ConstantOfShape" not in ops and "Concat" not in ops
+    shared = [
+        node
+        for node in model.graph
+        if node.op_type == "GroupQueryAttention"
+        and node.inputs[1] is not None
+        and node.inputs[1].producer() is not None
+        and node.inputs[1].producer().op_type == "Slice"
+    ]
+    assert shared, "no KV-shared layer takes the sliced empty key"
+    for node in shared:
+        assert node.inputs[1] is node.inputs[2]  # key and value: the same empty tensor
+        assert node.inputs[1].producer().inputs[0] is not None
 
 
 def save(model: ir.Model, folder: Path) -> Path:
@@ -116,19 +136,28 @@ def save(model: ir.Model, folder: Path) -> Path:
     return folder
 
 
-def test_rewritten_graph_gives_identical_outputs_on_cpu(tmp_path: Path):
-    """A GQA graph with KV-shared layers (empty keys built dynamically) before and after
-    the rule family: bit-identical logits over a prefill and 16 decode steps (batch 1)."""
-    export_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="cpu"))
+def test_every_form_of_the_empty_kv_gives_identical_outputs_on_cpu(tmp_path: Path):
+    """A GQA graph with KV-shared layers, its empty keys built three ways: dynamically
+    (Shape -> ConstantOfShape, as for an EP whose capture needs a static graph, before the
+    rule family), after the rules (a constant), and sliced from the query (the other EPs):
+    bit-identical logits over a prefill and 16 decode steps (batch 1)."""
+    cpu_plan = plan(load_preset("gemma4-tiny"), ExportOptions(ep="cpu"))
+    static_caps = replace(cpu_plan.caps, capture_needs_static_graph=True)
+    export_plan = replace(cpu_plan, caps=static_caps)
     plain = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
     rewritten = build_decoder(export_plan, TensorFactory(export_plan, RandomSource(3)))
+    sliced = build_decoder(cpu_plan, TensorFactory(cpu_plan, RandomSource(3)))
+    assert any(node.op_type == "ConstantOfShape" for node in plain.graph)
     assert rules.apply_to_model(rewritten) == 2  # one empty K/V per KV width (16*2, 32*2)
     assert not any(node.op_type == "ConstantOfShape" for node in rewritten.graph)
-    a = save(plain, tmp_path / "plain")
-    b = save(rewritten, tmp_path / "rewritten")
+    assert not any(node.op_type == "ConstantOfShape" for node in sliced.graph)
     prompt = [3, 9, 27, 81, 243, 17, 51, 153, 459, 353]
-    tokens_a, logits_a = ort_greedy(a, prompt, 16)
-    tokens_b, logits_b = ort_greedy(b, prompt, 16)
-    assert tokens_a == tokens_b
-    for x, y in zip(logits_a, logits_b, strict=True):
-        np.testing.assert_array_equal(x, y)
+    runs = [
+        ort_greedy(save(model, tmp_path / name), prompt, 16)
+        for name, model in (("plain", plain), ("rewritten", rewritten), ("sliced", sliced))
+    ]
+    tokens, logits = runs[0]
+    for other_tokens, other_logits in runs[1:]:
+        assert other_tokens == tokens
+        for x, y in zip(logits, other_logits, strict=True):
+            np.testing.assert_array_equal(x, y)
