@@ -110,9 +110,9 @@ CONTROLS: dict[str, Control] = {
         "Quantizer",
         "round to nearest (fast), a per-block scale search (slower, lower error), GPTQ: "
         "error feedback from each linear's inputs on a built-in calibration text (a "
-        "checkpoint with its tokenizer; slowest, lowest error), AWQ: activation-aware input "
-        "scales folded into the norms (calibrated too; helps where a few input channels are "
-        "loud), or AWQ then GPTQ.",
+        "checkpoint with its tokenizer; slower, lowest error measured), AWQ: activation-aware "
+        "input scales folded into the norms (calibrated too; helps where a few input channels "
+        "are loud), or AWQ then GPTQ.",
         (
             ("round to nearest", "rtn"),
             ("scale search", "search"),

@@ -54,8 +54,6 @@ AWQ_METHODS = ("awq", "awq-gptq")
 """Quantization methods that scale the linears' inputs (:mod:`engine.quantize.awq`)."""
 GPTQ_METHODS = ("gptq", "awq-gptq")
 """Quantization methods that quantize with GPTQ's error feedback."""
-CALIBRATED_METHODS = ("gptq", "awq", "awq-gptq")
-"""Methods that run the float model on calibration text."""
 
 
 def sample_text() -> str:
@@ -87,9 +85,9 @@ def calibration_tokens(model_dir: Path, text_file: str | None, vocab_size: int) 
     tokenizer_file = model_dir / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise OptionsError(
-            f"{option('quant_method', 'gptq')} tokenizes its calibration text with the "
+            "calibration (GPTQ, AWQ, a size budget) tokenizes its text with the "
             f"checkpoint's tokenizer.json, which {model_dir} lacks; use "
-            f"{option('quant_method', 'rtn')} or add the tokenizer"
+            f"{option('quant_method', 'rtn')} without a budget, or add the tokenizer"
         )
     if text_file is not None:
         try:
@@ -106,7 +104,7 @@ def calibration_tokens(model_dir: Path, text_file: str | None, vocab_size: int) 
     ids = ids[(ids >= 0) & (ids < vocab_size)][:MAX_TOKENS]
     if len(ids) < SEQUENCE_LENGTH:
         raise OptionsError(
-            f"the calibration text has {len(ids)} tokens; GPTQ needs at least "
+            f"the calibration text has {len(ids)} tokens; calibration needs at least "
             f"{SEQUENCE_LENGTH} (a few pages of text)"
         )
     return ids
@@ -136,12 +134,12 @@ def statistics_bytes(export_plan: ExportPlan) -> int:
 
 
 def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
-    """Everything GPTQ can refuse, checked before any expensive work: the tokenizer, the
-    calibration text, the memory its statistics take. Returns the token ids."""
+    """Everything GPTQ / AWQ can refuse, checked before any expensive work: the tokenizer,
+    the calibration text, the memory its statistics take. Returns the token ids."""
     need = statistics_bytes(export_plan)
     if need > MAX_STATISTICS_BYTES:
         raise OptionsError(
-            f"GPTQ's statistics for this model take {need / 2**30:.1f} GiB at once, more "
+            f"the calibration statistics of this model take {need / 2**30:.1f} GiB at once, more "
             f"than the {MAX_STATISTICS_BYTES / 2**30:.0f} GiB calibration keeps (models up to "
             f"about 0.4 B parameters for now); use {option('quant_method', 'rtn')} or "
             f"{option('quant_method', 'search')}"
@@ -161,11 +159,18 @@ class Calibration:
     """AWQ's search result of each input it scaled."""
     searched: int = 0
     """Inputs AWQ searched scales for (those it could fold; the others keep ``s = 1``)."""
+    awq: bool = False
+    """The method asked for AWQ."""
 
     def notes(self) -> list[str]:
-        """The export summary's line about AWQ, if it ran."""
-        if not self.searched:
+        """The export summary's line about AWQ, if it was asked for."""
+        if not self.awq:
             return []
+        if not self.searched:
+            return [
+                "AWQ: no quantized linear's input could take its scales (no norm or up "
+                "projection to fold them into); round to nearest throughout"
+            ]
         if not self.scaled:
             return [
                 f"AWQ: round to nearest was best for all {self.searched} inputs searched; "
@@ -218,13 +223,15 @@ def calibrate(
             scaling, scaled, searched = _awq(
                 proto, model_file.parent, export_plan, inputs, folds, sums, cancel
             )
-            sums = {name: _scaled_statistics(name, h, inputs, scaling) for name, h in sums.items()}
+            if method in GPTQ_METHODS:  # in place: a copy would double the statistics
+                for name, h in sums.items():
+                    _scale_statistics(name, h, inputs, scaling)
     feedback: dict[str, Feedback] = {}
     if method in GPTQ_METHODS:
         progress(0.95, "calibration: feedback per input")
         per_input = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
         feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
-    return Calibration(feedback, scaling, scaled, searched)
+    return Calibration(feedback, scaling, scaled, searched, awq=method in AWQ_METHODS)
 
 
 def _awq(
@@ -239,8 +246,7 @@ def _awq(
     """Search each foldable input's scales on the float model's own weights, for the bits
     and block size the package quantizes its linears with; inputs whose linears (or whose
     fold target) the package does not hold under the same names keep ``s = 1``."""
-    from onnx import TensorProto, numpy_helper
-    from onnx.external_data_helper import load_external_data_for_tensor
+    from onnx import numpy_helper
 
     planned = {
         part.name: wp
@@ -263,10 +269,8 @@ def _awq(
             continue
         weights = []
         for name in linears:
-            tensor = tensors[name]
-            if tensor.data_location == TensorProto.EXTERNAL:
-                load_external_data_for_tensor(tensor, str(folder))
-            array = numpy_helper.to_array(tensor)
+            # read from the data file without keeping its bytes in the proto
+            array = numpy_helper.to_array(tensors[name], base_dir=str(folder))
             weights.append(array if name in as_stored else array.T)
         searched += 1
         bits = min(p.bits or 8 for p in quantized)
@@ -285,15 +289,17 @@ def _awq(
     return scaling, tuple(found), searched
 
 
-def _scaled_statistics(
+def _scale_statistics(
     activation: str, h: np.ndarray, inputs: Mapping[str, str], scaling: Scaling
-) -> np.ndarray:
-    """``H`` of the input as the package's scaled linears see it: ``x / s``."""
+) -> None:
+    """Turn ``H`` into the input's as the package's scaled linears see it (``x / s``), in
+    place."""
     for weight, value in inputs.items():
         if value == activation and weight in scaling.columns:
             inverse = 1.0 / scaling.columns[weight].astype(np.float64)
-            return h * inverse[:, None] * inverse[None, :]
-    return h
+            h *= inverse[:, None]
+            h *= inverse[None, :]
+            return
 
 
 def float_model(model_dir: Path, work: Path, cancel: CancelToken) -> Path:

@@ -135,8 +135,9 @@ class ExportOptions:
         measured = self.size_budget is not None or self.target_kld is not None
         if self.calibration is not None and not self.calibrated and not measured:
             raise OptionsError(
-                f"{option('calibration')} is read by {option('quant_method', 'gptq')}, awq "
-                f"or awq-gptq and by {option('size_budget')} / {option('target_kld')} only"
+                f"{option('calibration')} is read by {option('quant_method', 'gptq')}, "
+                f"{option('quant_method', 'awq')} or {option('quant_method', 'awq-gptq')} and "
+                f"by {option('size_budget')} / {option('target_kld')} only"
             )
         if self.weight_bits is not None and not caps.supports("MatMulNBits"):
             raise OptionsError(

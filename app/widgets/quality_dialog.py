@@ -354,14 +354,11 @@ class QualityDialog(QDialog):
         self.close_button.setText("Close")
         measured = len(tradeoff.costs)
         weights = "weight" if measured == 1 else "weights"
-        method = {"gptq": "GPTQ", "awq": "AWQ", "awq-gptq": "AWQ + GPTQ"}.get(
-            self._calibrated or ""
-        )
-        gptq = (
-            f" {method} is measured by round to nearest, so a {method} export loses less."
-            if method
-            else ""
-        )
+        gptq = {
+            "gptq": " GPTQ is measured by its round to nearest, so a GPTQ export loses less.",
+            "awq": " AWQ is measured by round to nearest (its scales are found at export).",
+            "awq-gptq": " AWQ + GPTQ is measured by round to nearest, so its export loses less.",
+        }.get(self._calibrated or "", "")
         missing = missing_lines(tradeoff)
         self.status.setText(
             f"{measured} 4-bit {weights} measured.{' ' + missing if missing else ''} Pick a "

@@ -295,9 +295,15 @@ class TargetPanel(QGroupBox):
             if source.is_preset
             else CONTROLS["random_weights"].help
         )
+        waiting = self.size_budget.text()
         self._sync(self._state.options)
         if self._state.options.size_budget is not None and not self._budget_applies():
             self._state.update_options(size_budget=None)  # it waits in the box, as typed
+        elif self._state.options.size_budget is None and waiting.strip():
+            self.size_budget.setText(waiting)  # a budget that waited applies again (or waits)
+            if self._budget_applies():
+                self._apply()
+            self._show_note()
 
     def _sync_output(self, *_: Any) -> None:
         if self.output.text() != self._state.output:

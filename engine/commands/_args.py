@@ -90,9 +90,9 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         default="rtn",
         help="rtn: round to nearest; search: per-block scale search (slower, lower error); "
         "gptq: error feedback from each linear's inputs on calibration text (a checkpoint "
-        "with its tokenizer; slowest); awq: activation-aware input scales, folded into the "
-        "norms, then round to nearest (calibrated too); awq-gptq: those scales, then GPTQ "
-        "(lowest error)",
+        "with its tokenizer; slower, lowest error measured); awq: activation-aware input "
+        "scales folded into the norms, then round to nearest (calibrated too; helps where a "
+        "few input channels are loud); awq-gptq: those scales, then GPTQ",
     )
     parser.add_argument(
         "--calibration",

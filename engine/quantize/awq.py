@@ -5,8 +5,8 @@ up the columns that meet large activations gives their weights finer steps insid
 block, at the expense of the quiet columns, whose rounding matters less to ``y`` (Lin et
 al., 2023). The weights stored are ``W diag(s)``, quantized like any others (plain
 MatMulNBits bytes); the ``1 / s`` is folded into whatever makes ``x`` (the norm's gain
-before q/k/v or gate/up, the up projection's rows before down: :mod:`engine.awq_fold`), so
-the package has no extra op.
+before q/k/v or gate/up, the up projection's rows before down:
+:mod:`engine.activation_scaling`), so the package has no extra op.
 
 The scales are ``s = a ** alpha`` (``a``: each channel's RMS over the calibration tokens,
 normalised so that the largest and smallest ``s`` multiply to 1), with ``alpha`` from a grid
@@ -27,6 +27,9 @@ from engine.quantize.blocks import dequantize
 
 GRID = 20
 """``alpha`` values tried: ``0, 1/GRID, ..., (GRID - 1) / GRID``."""
+RMS_FLOOR = 1e-3
+"""Channel RMS below this fraction of the largest is treated as this fraction: the scales
+then span at most ``1 / RMS_FLOOR``."""
 SEARCH_ROWS = 512
 """Output rows (over all the linears of one input) the search scores each ``alpha`` on;
 the loss is a sum over rows, so evenly spaced rows estimate it without bias."""
@@ -58,13 +61,13 @@ def search_scales(
     grid: int = GRID,
     rows: int = SEARCH_ROWS,
 ) -> InputScales:
-    from engine.quantize import quantize
-
     """The per-input-channel scales for the linears ``weights`` (each ``[out, in]``, one
     input) that read an input with statistics ``hessian`` (``[in, in]``, ``sum x x^T``).
 
     Round to nearest pads ``in`` to whole blocks as the package does. Returns float32
     scales ``[in]`` (1 for channels that were always zero, where nothing is measured)."""
+    from engine.quantize import quantize
+
     h = np.asarray(hessian, dtype=np.float64)
     cols = h.shape[0]
     w = _sample_rows([np.asarray(x, dtype=np.float32) for x in weights], rows)
@@ -72,6 +75,8 @@ def search_scales(
         raise ValueError(f"weights have {w.shape[1]} inputs, the statistics {cols}")
     rms = np.sqrt(np.maximum(np.diag(h), 0.0))
     live = rms > 0
+    if live.any():  # near-dead channels would get extreme scales (and fp16 gains overflow)
+        rms[live] = np.maximum(rms[live], RMS_FLOOR * rms.max())
     h32 = h.astype(np.float32)
     losses: list[float] = []
     best: tuple[float, float, np.ndarray] | None = None

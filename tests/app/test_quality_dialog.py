@@ -249,6 +249,11 @@ def test_the_budget_box_keeps_a_readable_budget_and_says_when_it_is_not_applied(
     assert f"Size budget {text} is not applied: random weights" in panel.note.text()
     panel.random_weights.setChecked(False)
     assert window.state.options.size_budget == parse_bytes(text)
+    folder = window.state.source
     window.state.set_source(ModelSource("preset", "gemma4-tiny"))  # nothing to measure
     assert window.state.options.size_budget is None and panel.size_budget.text() == text
     assert f"Size budget {text} is not applied: a preset has no weights" in panel.note.text()
+    window.state.set_source(folder)  # back to the checkpoint: the budget that waited applies
+    assert panel.size_budget.text() == text
+    assert window.state.options.size_budget == parse_bytes(text)
+    assert "Size budget" not in panel.note.text()

@@ -52,7 +52,7 @@ def test_the_scales_lower_the_output_error_where_inputs_have_outliers(symmetric:
     weights = [(rng.standard_normal((64, 256)) * 0.05).astype(np.float32) for _ in range(2)]
     h = x.T.astype(np.float64) @ x
     found = search_scales(weights, h, bits=4, block_size=32, symmetric=symmetric)
-    assert found.alpha > 0 and found.loss[0] == max(found.loss[0], min(found.loss))
+    assert found.alpha > 0 and min(found.loss) < found.loss[0]  # loss[0]: alpha 0, RTN
     for w in weights:
         kwargs = dict(bits=4, block_size=32, symmetric=symmetric, scale_dtype=np.float32)
         rtn = dequantize(quantize(w, **kwargs), bits=4, block_size=32)
@@ -249,3 +249,27 @@ def test_awq_needs_what_gptq_needs(tmp_path: Path):
             options=ExportOptions(weight_bits=4, quant_method="awq-gptq", random_weights=True),
         )
     assert not (tmp_path / "random").exists()
+
+
+def test_scaled_values_stay_float32_whatever_the_checkpoint_dtype():
+    """A bf16 checkpoint's scaled gains and weights are not rounded back to bf16 before the
+    package's dtype (twice rounded, up to 0.35% per gain)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(4)
+    gains = rng.uniform(0.5, 2, 8).astype(ml_dtypes.bfloat16)
+    scales = rng.uniform(0.3, 3, 8).astype(np.float32)
+    scaling = Scaling()
+    scaling.add([], Fold("norm.weight"), scales, 8)
+    source = ScaledSource(ArraySource({"norm.weight": gains}), scaling)
+    got = source.read(LogicalWeight("norm.weight", (8,), "norm", source="norm.weight"), 0, 0, 8)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, gains.astype(np.float32) / scales, rtol=1e-6)
+
+
+def test_the_summary_says_when_awq_found_nothing_to_scale():
+    from engine.calibration import Calibration
+
+    (note,) = Calibration({}, awq=True).notes()
+    assert "no quantized linear's input could take its scales" in note
+    assert Calibration({}).notes() == []
