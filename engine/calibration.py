@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.activation_scaling import Fold, Scaling, find_folds
 from engine.errors import OptionsError, option
+from engine.options import AWQ_METHODS, GPTQ_METHODS
 from engine.plan_model import ExportPlan
 from engine.progress import CancelToken, Progress, no_progress
 from engine.quantize.awq import InputScales, search_scales
@@ -50,10 +51,6 @@ SAMPLE_MODULES = (
     "logging/__init__",
 )
 """Standard-library modules whose documentation strings make the built-in sample."""
-AWQ_METHODS = ("awq", "awq-gptq")
-"""Quantization methods that scale the linears' inputs (:mod:`engine.quantize.awq`)."""
-GPTQ_METHODS = ("gptq", "awq-gptq")
-"""Quantization methods that quantize with GPTQ's error feedback."""
 
 
 def sample_text() -> str:

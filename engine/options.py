@@ -15,6 +15,11 @@ GraphCapture = Literal["auto", "on", "off"]
 AttentionPath = Literal["auto", "gqa", "standard"]
 QuantMethod = Literal["rtn", "search", "gptq", "awq", "awq-gptq"]
 
+AWQ_METHODS = ("awq", "awq-gptq")
+"""Quantization methods that scale the linears' inputs (:mod:`engine.quantize.awq`)."""
+GPTQ_METHODS = ("gptq", "awq-gptq")
+"""Quantization methods that quantize with GPTQ's error feedback."""
+
 DTYPES: tuple[DType, ...] = ("fp32", "fp16", "bf16")
 VALID_BITS = (4, 8)
 DEFAULT_CAPTURE_MAX_LENGTH = 4096
@@ -94,7 +99,14 @@ class ExportOptions:
     @property
     def calibrated(self) -> bool:
         """The quantization method runs the float model on calibration text (GPTQ, AWQ)."""
-        return self.quant_method in ("gptq", "awq", "awq-gptq")
+        return self.quant_method in AWQ_METHODS + GPTQ_METHODS
+
+    @property
+    def block_quantizer(self) -> str:
+        """How blocks are rounded where no calibration applies (``rtn`` or ``search``): the
+        method itself, or round to nearest for a calibrated one (the weights GPTQ does not
+        calibrate; the sensitivity measurement, whose codes have no feedback or scales)."""
+        return "rtn" if self.calibrated else self.quant_method
 
     @property
     def caps(self) -> EpCapabilities:

@@ -10,14 +10,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
 from engine import sensitivity
 from engine.activation_scaling import ScaledSource
 from engine.audit import SessionAudit, audit_model, decide_capture
-from engine.calibration import Calibration
 from engine.errors import OptionsError, option, render_message
 from engine.genai_config import make_genai_config, processor_files
 from engine.genai_doc import GenaiDoc
@@ -48,6 +47,9 @@ from engine.tokenizer_files import check_tokenizer_files
 from engine.weights import stream_writer
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
+
+if TYPE_CHECKING:
+    from engine.calibration import Calibration
 
 DATA_FILE_SUFFIX = ".data"
 

@@ -356,7 +356,7 @@ def tradeoff(
     )
     dtype = floats.options.dtype
     points.append(TradeoffPoint(f"float ({dtype})", floats.nbytes, 0.0, 0, None, True))
-    return Tradeoff(tuple(points), tuple(costs), dtype, _measuring_method(options))
+    return Tradeoff(tuple(points), tuple(costs), dtype, options.block_quantizer)
 
 
 def pick(
@@ -421,7 +421,7 @@ def measure(
 
     cancel = cancel or CancelToken()
     options, spec = export_plan.options, export_plan.spec
-    method = _measuring_method(options)
+    method = options.block_quantizer
     text = str(calibration) if calibration is not None else options.calibration
     ids = calibration_tokens(model_dir, text, spec.vocab_size)
     windows = _windows(ids, spec.bos_token_id)[:WINDOWS]
@@ -456,13 +456,6 @@ def measure(
                 del session, kept  # before the temp folder goes (Windows keeps open files)
             progress((index + 1) / len(weights), f"sensitivity: {index + 1}/{len(weights)}")
     return out
-
-
-def _measuring_method(options: ExportOptions) -> str:
-    """The quantizer a weight's cost is measured with: the export's own, except the
-    calibrated ones (GPTQ's codes need its feedback, AWQ's its scales); the round trip to
-    nearest ranks the weights alike."""
-    return "rtn" if options.calibrated else options.quant_method
 
 
 def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: bool) -> np.ndarray:

@@ -297,14 +297,13 @@ class TensorFactory:
                 name=self._tensor_name(weight),
             )
         else:
-            method = self.plan.options.quant_method
             blocks = quantize(
                 rows.reshape(-1, cols),
                 bits=weight.bits,
                 block_size=weight.block_size,
                 symmetric=weight.symmetric,
                 scale_dtype=numpy_dtype(weight.dtype),
-                method=method if method in ("rtn", "search") else "rtn",
+                method=self.plan.options.block_quantizer,
                 name=self._tensor_name(weight),
             )
         # MatMulNBits' blocks padded to whole ones, GatherBlockQuantized's rows as they are.
