@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import math
 import sys
@@ -287,7 +288,25 @@ def main() -> None:
     parser.add_argument(
         "--only", default=None, help="comma-separated CHOICES to run (default: all of them)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="override a module constant for this run, for sweeps "
+        "(e.g. engine.calibration.TABLE_LOOKUP=0.05; repeatable)",
+    )
     args = parser.parse_args()
+    for item in args.set:
+        target, _, value = item.partition("=")
+        module_name, _, attr = target.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            parser.error(f"--set {item}: no module {module_name!r}")
+        if not value or not hasattr(module, attr):
+            parser.error(f"--set {item}: give MODULE.NAME=VALUE for a constant that exists")
+        setattr(module, attr, type(getattr(module, attr))(value))
     only = set(args.only.split(",")) if args.only else set(CHOICES)
     if only - set(CHOICES):
         parser.error(f"unknown choices: {', '.join(sorted(only - set(CHOICES)))}")
@@ -295,6 +314,8 @@ def main() -> None:
     if args.steps is not None:
         size["steps"] = args.steps
     report: dict[str, Any] = {"preset": args.preset, "size": size, "seed": args.seed}
+    if args.set:
+        report["overrides"] = args.set
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         checkpoint = args.checkpoint or args.keep or root / "reference"

@@ -30,7 +30,7 @@ from engine.options import AWQ_METHODS, GPTQ_METHODS
 from engine.plan_model import ExportPlan
 from engine.progress import CancelToken, Progress, no_progress
 from engine.quantize.awq import InputScales, search_scales
-from engine.quantize.gptq import Feedback
+from engine.quantize.gptq import TABLE_LOOKUP, Feedback
 
 SEQUENCE_LENGTH = 256
 """Tokens per calibration prefill."""
@@ -228,6 +228,10 @@ def calibrate(
         progress(0.95, "calibration: feedback per input")
         per_input = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
         feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
+        for table in _looked_up(proto) & feedback.keys():  # a tied head's table
+            feedback[table] = Feedback.from_hessian(
+                sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP
+            )
     return Calibration(feedback, scaling, scaled, searched, awq=method in AWQ_METHODS)
 
 
@@ -361,6 +365,11 @@ def _linear_inputs(proto: Any) -> dict[str, str]:
     return found
 
 
+def _looked_up(proto: Any) -> set[str]:
+    """The weights a Gather reads (token tables), of the float model ``proto``."""
+    return {node.input[0] for node in proto.graph.node if node.op_type == "Gather"}
+
+
 def _accumulate(
     model: Path,
     windows: list[np.ndarray],
@@ -378,8 +387,14 @@ def _accumulate(
             cancel.raise_if_cancelled()
             feeds = prefill_feeds(inputs, seq)
             for name, value in zip(names, session.run(names, feeds), strict=True):
-                x = np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
-                sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x
+                # One window's x^T x in float32 (its few hundred tokens lose nothing
+                # there; half the time of float64), summed over windows in float64.
+                x = np.asarray(value, dtype=np.float32).reshape(-1, value.shape[-1])
+                gram = x.T @ x
+                if name in sums:
+                    sums[name] += gram
+                else:
+                    sums[name] = gram.astype(np.float64)
             done = index + 1
             progress(0.1 + 0.8 * done / len(windows), f"calibration: {done}/{len(windows)}")
         return sums

@@ -71,7 +71,8 @@ class ExportOptions:
     keep_int8: tuple[str, ...] = ()
     """Name patterns of quantized weights to store in 8 bits whatever ``weight_bits`` /
     ``embedding_bits`` say: mixed precision, the layers a measurement found sensitive in
-    INT8 and the rest in INT4 (``keep_float`` wins where both match)."""
+    INT8 and the rest in INT4 (``keep_float`` wins where both match). Their blocks are
+    :data:`engine.plan.INT8_BLOCK` where the width allows (:func:`engine.plan.int8_block`)."""
     size_budget: int | None = None
     """Mixed precision by measured sensitivity: the most bytes the package may take; the
     4-bit weights that cost the most KL divergence per byte go to INT8 until it is spent

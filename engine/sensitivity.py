@@ -7,8 +7,10 @@ only that weight replaced by its 4-bit round trip (the export's own quantizer; a
 onnxruntime session whose initializer is overridden, nothing re-exported), and the mean
 ``KL(float || that)`` of the next-token distributions is the weight's cost in INT4. Its
 cost in INT8 is taken as ``(15 / 255) ** 2`` of that (the squared step ratio; all-INT8
-measures about 1/250 of all-INT4 on the trained reference), and the costs of different
-weights are taken to add, as they do for small errors.
+measures about 1/250 of all-INT4 on the trained reference; the INT8 weight's blocks of 128,
+:func:`engine.plan.int8_block`, make its steps a little coarser than that, still far below
+any INT4 weight's), and the costs of different weights are taken to add, as they do for small
+errors.
 
 The choice is then a knapsack solved greedily: from all-INT4, the weight that buys the
 most KLD per extra byte goes to INT8, then the next, while the budget holds (or until the

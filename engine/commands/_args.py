@@ -138,7 +138,8 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="PATTERN",
         help="store quantized weights whose name matches PATTERN in 8 bits (mixed precision: "
-        "e.g. --weight-bits 4 --keep-int8 'layers.0.*'; repeatable)",
+        "e.g. --weight-bits 4 --keep-int8 'layers.0.*'; blocks of 128 where the width allows; "
+        "repeatable)",
     )
     parser.add_argument(
         "--size-budget",

@@ -550,6 +550,17 @@ def test_a_multimodal_gemma3_checkpoint_exports_its_text_decoder(tmp_path: Path)
     assert not (tmp_path / "mm").exists()
 
 
+MIXED_BY_NAME: dict[str, Any] = dict(
+    dtype="fp32",
+    weight_bits=4,
+    embedding_bits=4,
+    block_size=16,
+    accuracy_level=0,
+    keep_int8=("layers.0.*", "embed_tokens.weight"),
+)
+"""INT4 weights, layer 0 and the token table in INT8 (``keep_int8``)."""
+
+
 def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
     checkpoints: Checkpoints, tmp_path: Path
 ):
@@ -563,14 +574,7 @@ def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
     from engine.plan import plan
 
     model_dir, model, ref_tokens, _ = checkpoints.get("qwen2")
-    options = ExportOptions(
-        dtype="fp32",
-        weight_bits=4,
-        embedding_bits=4,
-        block_size=16,
-        accuracy_level=0,
-        keep_int8=("layers.0.*", "embed_tokens.weight"),
-    )
+    options = ExportOptions(**MIXED_BY_NAME)
     out = tmp_path / "pkg"
     result = export(out, model_dir=model_dir, options=options)
     bits = {wp.name: wp.bits for wp in result.plan.decoder.weights if wp.quantized}
@@ -599,6 +603,49 @@ def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
                 options=replace_options(options, keep_int8=(pattern,)),
             )
     assert not (tmp_path / "typo").exists()
+
+
+def test_weights_moved_to_int8_take_block_128_where_their_width_allows(tmp_path: Path):
+    """A weight ``keep_int8`` moves to 8 bits takes blocks of 128 where that divides its
+    width (a quarter of block 32's scale bytes; 8-bit codes lose almost nothing to it), else
+    the largest block between the chosen one and 128 that does: here 64 for the 192-wide
+    MLP input, and the tied head reads the table's 128-blocks. The package computes its own
+    dequantized weights."""
+    import onnx
+
+    from engine.plan import INT8_BLOCK, plan
+
+    model = make_checkpoint(
+        tmp_path / "checkpoint",
+        "qwen2",
+        hidden_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=192,
+    )
+    tokens, _ = hf_greedy(model, PROMPT, 8)
+    options = ExportOptions(**MIXED_BY_NAME)
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=tmp_path / "checkpoint", options=options)
+    blocks = {wp.name: (wp.bits, wp.block_size) for wp in result.plan.decoder.weights}
+    assert INT8_BLOCK == 128
+    assert blocks["embed_tokens.weight"] == (8, 128) == blocks["lm_head.weight"]
+    assert blocks["layers.0.self_attn.q_proj.weight"] == (8, 128)
+    assert blocks["layers.0.mlp.down_proj.weight"] == (8, 64)  # K = 192
+    assert blocks["layers.1.self_attn.q_proj.weight"] == (4, 16)
+    all_int4 = plan(result.plan.spec, replace_options(options, keep_int8=()))
+    assert result.plan.nbytes > all_int4.nbytes
+    proto = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    node_blocks = {
+        (attrs["bits"], attrs["block_size"])
+        for node in proto.graph.node
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized")
+        for attrs in [{a.name: a.i for a in node.attribute}]
+    }
+    assert {(8, 128), (8, 64), (4, 16)} <= node_blocks
+    ours = forced_logits(out, PROMPT, tokens)
+    theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, tokens)
+    assert float(np.abs(ours - theirs).max()) <= 1e-4
 
 
 def replace_options(options: ExportOptions, **changes: Any) -> ExportOptions:

@@ -20,7 +20,7 @@ from engine.errors import OptionsError
 from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.quantize import dequantize, quantize
-from engine.quantize.gptq import Feedback, gptq_quantize
+from engine.quantize.gptq import TABLE_LOOKUP, Feedback, gptq_quantize
 from tests._support.quantized import dequantized_model, forced_logits, hf_forced_logits
 from tests._support.tiny_gemma import hf_greedy
 from tests._support.tiny_llama import make_checkpoint
@@ -77,6 +77,34 @@ def test_act_order_quantizes_the_strongest_inputs_first_with_static_blocks():
         return float(np.mean(((dequantize(blocks, bits=4, block_size=32) - w) @ x.T) ** 2))
 
     assert output_error(ordered) < output_error(natural)
+
+
+def test_a_looked_up_table_weighs_its_own_error_too():
+    """A tied table's objective adds its own squared error (the lookup reads the same
+    codes) to the head's output error: its weights land closer to the float table, at a
+    small cost in output error that stays well under round to nearest's; ``lookup=0`` is
+    the head's objective unchanged."""
+    rng = np.random.default_rng(4)
+    x = _skewed_inputs(rng, 2048, 256)
+    h = x.T.astype(np.float64) @ x
+    w = (rng.standard_normal((128, 256)) * 0.05).astype(np.float32)
+    kwargs = dict(bits=4, block_size=32, symmetric=False, scale_dtype=np.dtype(np.float32))
+    head = gptq_quantize(w, Feedback.from_hessian(h, act_order=True), **kwargs)
+    same = gptq_quantize(w, Feedback.from_hessian(h, act_order=True, lookup=0.0), **kwargs)
+    np.testing.assert_array_equal(head.qweight, same.qweight)
+    table = gptq_quantize(
+        w, Feedback.from_hessian(h, act_order=True, lookup=TABLE_LOOKUP), **kwargs
+    )
+    rtn = quantize(w, bits=4, block_size=32, symmetric=False, scale_dtype=np.float32)
+
+    def errors(blocks) -> tuple[float, float]:
+        delta = dequantize(blocks, bits=4, block_size=32) - w
+        return float(np.mean(delta**2)), float(np.mean((delta @ x.T) ** 2))
+
+    (head_weight, head_output), (table_weight, table_output) = errors(head), errors(table)
+    _, rtn_output = errors(rtn)
+    assert table_weight < 0.9 * head_weight
+    assert head_output <= table_output < 0.75 * rtn_output
 
 
 def test_inputs_that_are_always_zero_are_ignored():
@@ -151,6 +179,26 @@ def test_the_token_table_of_a_tied_head_is_calibrated_as_the_head(qwen2, tmp_pat
         return numpy_helper.to_array(found)
 
     assert not np.array_equal(table(out), table(rtn))
+
+
+def test_only_the_looked_up_table_gets_the_lookup_term(qwen2, monkeypatch):
+    """Calibration gives the tied table (and nothing else) the lookup term: with
+    :data:`TABLE_LOOKUP` at 0 the table's feedback is the head's input's, and every other
+    weight's feedback is the same either way."""
+    import engine.calibration as calibration
+    from engine.models import load_spec
+    from engine.plan import plan
+
+    root, _, _ = qwen2
+    options = ExportOptions(weight_bits=4, embedding_bits=4, block_size=16, quant_method="gptq")
+    export_plan = plan(load_spec(root / "checkpoint"), options)
+    ids = calibration.prepare(root / "checkpoint", export_plan)
+    ours = calibration.calibrate(root / "checkpoint", ids, export_plan).feedback
+    monkeypatch.setattr(calibration, "TABLE_LOOKUP", 0.0)
+    plain = calibration.calibrate(root / "checkpoint", ids, export_plan).feedback
+    assert ours.keys() == plain.keys() and "embed_tokens.weight" in ours
+    changed = {k for k in ours if not np.array_equal(ours[k].factor, plain[k].factor)}
+    assert changed == {"embed_tokens.weight"}
 
 
 def test_gptq_takes_the_users_calibration_text(qwen2, tmp_path):
