@@ -113,6 +113,10 @@ def run_app(
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(ORG_NAME)
     from app.settings import AppSettings
+    from app.theme import IndicatorStyle
+
+    style = IndicatorStyle(QApplication.style().name())  # the desktop's, with clear check boxes
+    QApplication.setStyle(style)
     from app.windows.main_window import MainWindow
 
     qsettings = QSettings(settings_file, QSettings.Format.IniFormat) if settings_file else None

@@ -57,6 +57,7 @@ class PreviewController(QObject):
         self.runs = 0
         state.sourceChanged.connect(self.request)
         state.optionsChanged.connect(self.request)
+        state.tradeoffsChanged.connect(self._measured)
 
     def request(self, *_: Any) -> None:
         """Ask for a new preview (throttled)."""
@@ -66,6 +67,13 @@ class PreviewController(QObject):
         self._start()
         self._timer.start()
 
+    def _measured(self) -> None:
+        """A measurement arrived: a size budget's preview can now show its mix."""
+        from engine.sensitivity import wanted
+
+        if wanted(self._state.options):
+            self.request()
+
     def _on_quiet(self) -> None:
         if self._pending and self._worker is None:
             self._pending = False
@@ -74,8 +82,14 @@ class PreviewController(QObject):
 
     def _start(self) -> None:
         self._generation += 1
+        state = self._state
         request = PreviewRequest(
-            self._generation, self._state.source, self._state.options, self._specs, self._fits
+            self._generation,
+            state.source,
+            state.options,
+            self._specs,
+            self._fits,
+            state.tradeoff_for(state.source, state.options),
         )
         worker = Worker(partial(preview_job, request), "preview")
         # Bound methods of this QObject: Qt drops the connection if the window goes first.

@@ -28,6 +28,7 @@ from engine.progress import CancelToken, Progress
 if TYPE_CHECKING:
     from app.preview_data import PreviewData
     from app.source import ModelSource
+    from engine.sensitivity import Tradeoff
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class PreviewRequest:
     options: ExportOptions
     specs: dict[ModelSource, Any] = field(default_factory=dict, compare=False)
     fits: dict[tuple[Any, ...], Constraints] = field(default_factory=dict, compare=False)
+    measured: Tradeoff | None = field(default=None, compare=False)
+    """The session's :class:`engine.sensitivity.Tradeoff` of these options, or None: a
+    size budget's mix is shown from it."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,8 @@ def preview_job(request: PreviewRequest, progress: Progress, cancel: CancelToken
         return PreviewOutcome(generation, spec_error=exc)
     key = constraints_key(source, options)
     try:
-        return PreviewOutcome(generation, compute_preview(spec, options), request.fits.get(key))
+        preview = compute_preview(spec, options, request.measured)
+        return PreviewOutcome(generation, preview, request.fits.get(key))
     except Exception as exc:
         fits = request.fits.get(key)
         if fits is None:

@@ -14,8 +14,10 @@ from app.readiness import SessionReadiness, capture_readiness
 from app.wording import render
 
 if TYPE_CHECKING:
+    from app.precision import PrecisionMix
     from engine.options import ExportOptions
     from engine.plan import ExportPlan
+    from engine.sensitivity import Tradeoff
     from engine.spec import ModelSpec
 
 TOP_TENSORS = 12
@@ -98,6 +100,8 @@ class PreviewData:
     compute_ms: float = 0.0
     plan: Any = field(default=None, repr=False, compare=False)
     """The :class:`ExportPlan` itself (the audit step builds its graph)."""
+    precision: PrecisionMix | None = None
+    """Mixed precision by measured sensitivity, when the options ask for it."""
 
 
 def _storage(w: Any) -> str:
@@ -197,11 +201,21 @@ def preview_from_plan(plan: ExportPlan, compute_ms: float = 0.0) -> PreviewData:
     )
 
 
-def compute_preview(spec: ModelSpec, options: ExportOptions) -> PreviewData:
-    """Plan and summarise; the worker's job. Raises the engine's ``OptionsError``."""
+def compute_preview(
+    spec: ModelSpec, options: ExportOptions, measured: Tradeoff | None = None
+) -> PreviewData:
+    """Plan and summarise; the worker's job. A size budget or target KLD is planned with
+    the INT8 weights the export would pick from ``measured`` (this session's measurement
+    of these options), if there is one. Raises the engine's ``OptionsError``."""
     from engine.plan import plan
+    from engine.sensitivity import wanted
 
     started = time.perf_counter()
     export_plan = plan(spec, options)
+    precision = None
+    if wanted(options):
+        from app.precision import mixed_plan
+
+        export_plan, precision = mixed_plan(spec, export_plan, measured)
     data = preview_from_plan(export_plan)
-    return replace(data, compute_ms=(time.perf_counter() - started) * 1000)
+    return replace(data, precision=precision, compute_ms=(time.perf_counter() - started) * 1000)

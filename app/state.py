@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -24,6 +24,9 @@ from app.source import DEFAULT_PRESET, ModelSource
 from app.wording import CONTROLS, error_text
 from engine.caps import get_caps
 from engine.options import ExportOptions
+
+if TYPE_CHECKING:
+    from engine.sensitivity import Tradeoff
 
 __all__ = ["DEFAULT_PRESET", "ModelSource", "StudioState"]
 
@@ -62,6 +65,8 @@ class StudioState(QObject):
     """Why the chosen model cannot be exported (empty: no known problem)."""
     errorChanged = Signal(str, str)
     """(where, message); an empty message means the error of ``where`` was cleared."""
+    tradeoffsChanged = Signal()
+    """A size-against-quality measurement was added (:meth:`tradeoff_for` finds it)."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -78,6 +83,9 @@ class StudioState(QObject):
         self.plan_problem = ""
         """Why the current options cannot be planned (empty: they can, or not known yet)."""
         self.adjustment = ""
+        self._tradeoffs: dict[tuple[ModelSource, ExportOptions], Tradeoff] = {}
+        """Measurements (“Compare sizes and quality…”) by source and options, their size
+        budget and target KLD set aside: one measurement serves every budget."""
         self._ep_constraints = ep_constraints(get_caps(self.options.ep))
         self._model_constraints = Constraints()
         self._source_constraints = source_constraints(self.source.is_preset)
@@ -172,6 +180,16 @@ class StudioState(QObject):
         self.package = folder
         self.packageChanged.emit(folder)
 
+    def set_tradeoff(self, source: ModelSource, options: ExportOptions, tradeoff: Tradeoff) -> None:
+        """Keep a measurement of ``source`` under ``options`` for the rest of the session."""
+        self._tradeoffs[_measured_as(source, options)] = tradeoff
+        self.tradeoffsChanged.emit()
+
+    def tradeoff_for(self, source: ModelSource, options: ExportOptions) -> Tradeoff | None:
+        """The measurement of ``source`` under ``options`` (any size budget or target KLD),
+        or None when there is none in this session."""
+        return self._tradeoffs.get(_measured_as(source, options))
+
     def export_options(self) -> ExportOptions:
         """The options an export uses: presets have no weights, so they get random ones."""
         if self.source.is_preset and not self.options.random_weights:
@@ -249,6 +267,11 @@ class StudioState(QObject):
         if self.error[0] == where and self.error[1]:
             self.error = ("", "")
             self.errorChanged.emit(where, "")
+
+
+def _measured_as(source: ModelSource, options: ExportOptions) -> tuple[ModelSource, ExportOptions]:
+    """What a measurement depends on: the budget and target only pick from it."""
+    return source, replace(options, size_budget=None, target_kld=None)
 
 
 def source_problem(source: ModelSource) -> str:

@@ -178,7 +178,8 @@ CONTROLS: dict[str, Control] = {
         "export each 4-bit weight's cost is measured on the checkpoint's float model (the "
         "KL divergence with only that weight in INT4, on the calibration text), and the ones "
         "that lose the most per byte go to INT8 until the budget is spent. Needs a checkpoint "
-        "of up to about 0.5 B parameters; the preview shows all-INT4 until then.",
+        "of up to about 0.5 B parameters. The preview shows the mix, weight by weight, once "
+        "“Compare sizes and quality…” has measured (all-INT4 until then).",
     ),
     "target_kld": Control(
         "Target KLD",

@@ -171,11 +171,9 @@ def choose(
     options = export_plan.options
     base = export_plan.nbytes
     weights = _measurable(export_plan, _flag(options))
-    if options.size_budget is not None and options.size_budget < base:
-        raise OptionsError(
-            f"{_flag(options)} is below the all-INT4 package's {base:,} B; give at least that "
-            "(INT8 weights only add bytes)"
-        )
+    problem = budget_problem(options, base)
+    if problem:
+        raise OptionsError(problem)
     room = None if options.size_budget is None else options.size_budget - base
     costs = _costs(model_dir, export_plan, weights, replan, progress, cancel, room=room)
     if not costs:
@@ -185,6 +183,17 @@ def choose(
     return PrecisionChoice(
         tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld
     )
+
+
+def budget_problem(options: ExportOptions, base: int) -> str | None:
+    """Why the options' size budget cannot be met from the all-INT4 package's ``base``
+    bytes (None: it can, or there is no budget)."""
+    if options.size_budget is not None and options.size_budget < base:
+        return (
+            f"{_flag(options)} is below the all-INT4 package's {base:,} B; give at least that "
+            "(INT8 weights only add bytes)"
+        )
+    return None
 
 
 def _measurable(export_plan: ExportPlan, flag: str) -> list[WeightPlan]:

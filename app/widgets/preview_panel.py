@@ -13,11 +13,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.precision import PrecisionMix
 from app.preview_data import PreviewData
 from app.theme import status_color
 from app.widgets.deferred import Deferred
 from app.widgets.messages import MessageLabel
-from app.widgets.tables import fill_table, read_only_table
+from app.widgets.tables import RowsTable, fill_table, read_only_table
 from engine.units import format_bytes
 
 if TYPE_CHECKING:
@@ -28,6 +29,9 @@ WARNINGS_SHOWN = 2
 """Plan warnings written out under the facts; the rest are counted."""
 PLOT_HEIGHT = 100
 """The charts' least plot height here: at 1024x700 they share the tab with both tables."""
+PRECISION_ROWS = 8
+"""Rows the mixed-precision table shows before it scrolls (a decoder has hundreds of
+weights; the charts keep the room)."""
 
 
 def _sizes_chart() -> SessionSizeChart:
@@ -75,6 +79,14 @@ class PreviewPanel(QWidget):
         # Plan warnings are few and short: read under the facts, not in a box of their own.
         self.warnings = MessageLabel()
         self.warnings.setAccessibleName("Warnings")
+        # A size budget's mix: one line (the choice, or how to measure one), and each
+        # decoder weight's precision once measured.
+        self.precision = MessageLabel()
+        self.precision.setAccessibleName("Mixed precision")
+        self.precision.hide()
+        self.precision_table = read_only_table(
+            ["Tensor", "Precision", "Bytes", "Measured KLD in INT4"], stretch=0, rows="prefer"
+        )
 
         charts = QSplitter(Qt.Orientation.Horizontal)
         charts.addWidget(self._sizes)
@@ -86,13 +98,20 @@ class PreviewPanel(QWidget):
         )
         capture_box = _boxed("Graph capture", self.readiness)
         capture_box.setToolTip("Graph-capture readiness per session, and why")
+        self.precision_box = _boxed("Mixed precision", self.precision_table)
+        self.precision_box.setToolTip(
+            "The precision of each decoder weight under the size budget, from the measurement"
+        )
+        self.precision_box.hide()
 
         layout = QVBoxLayout(self)
         layout.setSpacing(4)
         layout.addWidget(self.title)
         layout.addWidget(self.facts)
         layout.addWidget(self.warnings)
+        layout.addWidget(self.precision)
         layout.addWidget(charts, 1)  # what the tables leave
+        layout.addWidget(self.precision_box, 0)
         layout.addWidget(split_box, 0)
         layout.addWidget(capture_box, 0)
 
@@ -131,6 +150,7 @@ class PreviewPanel(QWidget):
             for table in (self.splits, self.readiness):
                 table.setRowCount(0)
             self._show_warnings(())
+            self._show_precision(None)
             if self._sizes.ready:  # nothing to draw: no reason to make the charts now
                 self.sizes.set_sessions(())
                 self.tensors.set_tensors((), None, None)
@@ -174,7 +194,29 @@ class PreviewPanel(QWidget):
             [r.tooltip for r in data.readiness],
         )
         self._show_warnings(data.warnings)
+        self._show_precision(data.precision)
         self.drawn.emit()
+
+    def _show_precision(self, mix: PrecisionMix | None) -> None:
+        self.precision.say(mix.summary if mix else "", mix.level if mix else None)
+        self.precision.setVisible(mix is not None)
+        self.precision_box.setVisible(bool(mix and mix.tensors))
+        fill_table(
+            self.precision_table,
+            [
+                (
+                    t.name,
+                    t.precision,
+                    format_bytes(t.nbytes),
+                    "not measured" if t.kld4 is None else f"{t.kld4:.3g}",
+                )
+                for t in (mix.tensors if mix else ())
+            ],
+            tooltips=[f"{t.nbytes:,} B" for t in (mix.tensors if mix else ())],
+        )
+        table = self.precision_table
+        if isinstance(table, RowsTable):
+            table.setMaximumHeight(table.rows_height(PRECISION_ROWS))
 
 
 def _warning_lines(warnings: tuple[str, ...]) -> str:

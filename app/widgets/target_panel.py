@@ -8,7 +8,6 @@ the note under the form says what changed and why.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,9 @@ from engine.options import ExportOptions
 from engine.units import exact_size, format_bytes, parse_bytes
 
 INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
+NOTE_MARK = "ℹ"
+"""Leads the note under the form: U+2139, which DejaVu Sans (a Linux desktop's usual UI
+font) has; U+24D8 "ⓘ" it has not, and Qt drew a box (tests/app/test_glyphs.py)."""
 CONSTRAINED = ("graph_capture", "weight_bits", "embedding_bits", "block_size", "attention")
 
 
@@ -74,8 +76,6 @@ class TargetPanel(QGroupBox):
         self.estimate = described(QPushButton(CONTROLS["tradeoff"].label), "tradeoff")
         self.quality_dialog: Any = None
         self._measuring = False
-        self._tradeoffs: dict[tuple[str, ExportOptions], Any] = {}
-        """Measured tradeoffs by checkpoint and options: reopening shows one at once."""
         self.max_length = described(QSpinBox(), "max_length")
         self.max_length.setRange(0, 1 << 20)
         self.max_length.setSpecialValueText("model's maximum")
@@ -315,7 +315,7 @@ class TargetPanel(QGroupBox):
         """What the state adjusted, and a size budget in the box that the choices leave
         unused."""
         text = " ".join(n for n in (self._state.adjustment, self._unused_budget()) if n)
-        self.note.setText(f"ⓘ {text}" if text else "")
+        self.note.setText(f"{NOTE_MARK} {text}" if text else "")
         self.note.setVisible(bool(text))
 
     def _unused_budget(self) -> str:
@@ -380,14 +380,13 @@ class TargetPanel(QGroupBox):
 
         if self.quality_dialog is not None:  # closed, and its measurement has stopped
             self.quality_dialog.deleteLater()
-        options = self._state.options
-        key = (self._state.source.value, replace(options, size_budget=None, target_kld=None))
+        source, options = self._state.source, self._state.options
         dialog = QualityDialog(
-            Path(self._state.source.value),
+            Path(source.value),
             options,
             self._use_budget,
             self,
-            measured=self._tradeoffs.get(key),
+            measured=self._state.tradeoff_for(source, options),  # reopened: shown at once
             current=options.size_budget,
         )
         self.quality_dialog = dialog
@@ -396,7 +395,10 @@ class TargetPanel(QGroupBox):
             self._measuring = True
             self.estimate.setEnabled(False)
             self.estimate.setToolTip("Not available: the last measurement is still stopping.")
-            dialog.worker.signals.returned.connect(partial(self._tradeoffs.__setitem__, key))
+            # kept in the state: the dialog reopens on it and the preview shows its mix
+            dialog.worker.signals.returned.connect(
+                partial(self._state.set_tradeoff, source, options)
+            )
             dialog.worker.signals.finished.connect(self._measured)
         # back where the user was, the budget box first (Space must not tick a neighbour)
         dialog.finished.connect(lambda _: self._focus_after_dialog())

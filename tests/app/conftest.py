@@ -19,11 +19,18 @@ from app import dialogs
 from app.qt_compat import binding_problem
 from app.settings import AppSettings
 from app.windows.main_window import MainWindow
+from engine import sensitivity
+from engine.models import load_spec
 from engine.options import ExportOptions
 from engine.pipeline import ExportResult, export
+from engine.plan import plan
+from engine.sensitivity import Tradeoff
+from tests._support.tiny_llama import make_checkpoint
 
 BINDING_PROBLEM = binding_problem()
 LEAD_SCREENS = Path(os.environ.get("EXPORT_STUDIO_SCREENS", "/tmp/app-screens"))
+
+Measured = Callable[[ExportOptions], Tradeoff]
 
 
 def make_settings(folder: Path) -> AppSettings:
@@ -123,3 +130,28 @@ def screens(tmp_path_factory: pytest.TempPathFactory) -> Callable[[QWidget, str]
         return path
 
     return save
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2 checkpoint folder (random weights, a tokenizer)."""
+    folder = tmp_path_factory.mktemp("quality") / "my-qwen2"
+    make_checkpoint(folder, "qwen2")
+    return folder
+
+
+@pytest.fixture
+def measured(qwen2: Path, monkeypatch: pytest.MonkeyPatch) -> Measured:
+    """``measured(options)``: the checkpoint's tradeoff, each weight's cost made up (the
+    later weights cost more) instead of measured on the float model."""
+
+    def costs(model_dir: object, export_plan: object, weights: list, *_: object, **__: object):
+        return {wp.name: 0.01 * (i + 1) for i, wp in enumerate(weights)}
+
+    monkeypatch.setattr(sensitivity, "measure", costs)
+    spec = load_spec(qwen2)
+
+    def make(options: ExportOptions) -> Tradeoff:
+        return sensitivity.tradeoff(qwen2, plan(spec, options), lambda o: plan(spec, o))
+
+    return make

@@ -1,5 +1,6 @@
 """Chart colours: one per weight role and one per dtype, fixed by name, told apart with
-normal and colour-blind vision, visible on light and dark charts."""
+normal and colour-blind vision, visible on light and dark charts; status text and check
+box outlines that read on the window."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import get_args
 
 import pytest
 from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QCheckBox, QRadioButton, QStyle, QStyleOptionButton
 
 from app.preview_data import ROLE_LABELS, SessionSize, preview_from_plan
 from app.theme import (
     _STATUS,
     DTYPE_COLORS,
     ROLE_COLORS,
+    IndicatorStyle,
     chart_background,
     contrast_ratio,
     dark_palette,
@@ -143,3 +146,38 @@ def test_a_dtype_keeps_its_colour_from_one_package_to_the_next(qtbot):
     second.set_sessions([SessionSize("decoder", "model.onnx", 3, {"uint8": 2, "float32": 1})])
     assert first.legend.colors["uint8"] == second.legend.colors["uint8"] == DTYPE_COLORS["uint8"]
     assert second.legend.colors["float32"] == DTYPE_COLORS["float32"]
+
+
+@pytest.mark.parametrize("kind", [QCheckBox, QRadioButton], ids=["check box", "radio button"])
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_an_unchecked_indicator_stands_out_from_the_window(qtbot, qapp, theme: str, kind):
+    """WCAG 2.1's non-text contrast, 3:1, for the edge of an unchecked box against the
+    window behind it: rendered as the studio draws it (its style over Fusion, on the dark
+    palette and on Fusion's light one), the outline sampled mid-way along each side."""
+    style = IndicatorStyle("Fusion")
+    palette = dark_palette() if theme == "dark" else style.standardPalette()
+    button = kind("Symmetric quantization")
+    qtbot.addWidget(button)
+    button.setStyle(style)
+    button.setPalette(palette)
+    button.resize(button.sizeHint())
+    option = QStyleOptionButton()
+    button.initStyleOption(option)
+    element = (
+        QStyle.SubElement.SE_CheckBoxIndicator
+        if kind is QCheckBox
+        else QStyle.SubElement.SE_RadioButtonIndicator
+    )
+    box = style.subElementRect(element, option, button)
+    image = button.grab().toImage()
+    window = palette.color(QPalette.ColorRole.Window)
+    assert QColor(image.pixel(box.right() + 2, box.top())) == window  # beside it: the window
+    middle = box.center()
+    edges = {
+        "left": (box.left(), middle.y()),
+        "right": (box.right(), middle.y()),
+        "top": (middle.x(), box.top()),
+        "bottom": (middle.x(), box.bottom()),
+    }
+    ratios = {side: contrast_ratio(QColor(image.pixel(*xy)), window) for side, xy in edges.items()}
+    assert min(ratios.values()) >= 3, ratios

@@ -18,42 +18,13 @@ from app.state import ModelSource
 from app.widgets.quality_dialog import QualityDialog, budget_text, missing_lines
 from app.windows.main_window import MainWindow
 from engine import sensitivity
-from engine.models import load_spec
 from engine.options import ExportOptions
-from engine.plan import plan
 from engine.sensitivity import Tradeoff, TradeoffPoint, WeightCost, pick
 from engine.units import parse_bytes, rounded_up_size
-from tests._support.tiny_llama import make_checkpoint
-from tests.app.conftest import wait_for_preview
+from tests.app.conftest import Measured, wait_for_preview
 
 INT4 = dict(ep="cpu", weight_bits=4, embedding_bits=4, block_size=16)
 READABLE = re.compile(r"[0-9]+(\.[0-9]{1,3})?[KMG]iB")
-
-Measured = Callable[[ExportOptions], Tradeoff]
-
-
-@pytest.fixture(scope="module")
-def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("quality") / "my-qwen2"
-    make_checkpoint(folder, "qwen2")
-    return folder
-
-
-@pytest.fixture
-def measured(qwen2: Path, monkeypatch: pytest.MonkeyPatch) -> Measured:
-    """``measured(options)``: the checkpoint's tradeoff, each weight's cost made up (the
-    later weights cost more) instead of measured on the float model."""
-
-    def costs(model_dir: object, export_plan: object, weights: list, *_: object, **__: object):
-        return {wp.name: 0.01 * (i + 1) for i, wp in enumerate(weights)}
-
-    monkeypatch.setattr(sensitivity, "measure", costs)
-    spec = load_spec(qwen2)
-
-    def make(options: ExportOptions) -> Tradeoff:
-        return sensitivity.tradeoff(qwen2, plan(spec, options), lambda o: plan(spec, o))
-
-    return make
 
 
 @pytest.fixture
@@ -220,8 +191,7 @@ def test_the_budget_box_keeps_a_readable_budget_and_says_when_it_is_not_applied(
         combo.setCurrentIndex(find_data(combo, value))
     options = window.state.options
     tradeoff = measured(options)
-    key = (window.state.source.value, replace(options, size_budget=None, target_kld=None))
-    panel._tradeoffs[key] = tradeoff  # measured before: the dialog shows it at once
+    window.state.set_tradeoff(window.state.source, options, tradeoff)  # the dialog shows it
     dialog = panel.estimate_quality()
     row = next(i for i, p in enumerate(tradeoff.points) if p.label == "INT4 + INT8, +20% bytes")
     dialog.table.selectRow(row)

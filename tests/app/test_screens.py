@@ -17,7 +17,7 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
 from app.state import ModelSource
-from app.theme import contrast_ratio, dark_palette
+from app.theme import IndicatorStyle, contrast_ratio, dark_palette
 from app.windows.about import AboutDialog
 from app.windows.main_window import MainWindow
 from tests.app.conftest import export_split_webgpu_tiny, make_settings, wait_for_preview
@@ -31,8 +31,9 @@ FOREIGN = Path(__file__).resolve().parents[1] / "engine" / "data" / "genai-build
 def palette(request, qapp) -> Iterator[str]:
     original = QPalette(qapp.palette())
     style = qapp.style().name()
+    studio = IndicatorStyle("Fusion" if request.param == "dark" else style)  # as app.__main__
+    qapp.setStyle(studio)
     if request.param == "dark":
-        qapp.setStyle("Fusion")
         qapp.setPalette(dark_palette())
     yield request.param
     qapp.setPalette(original)
