@@ -21,6 +21,10 @@ Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two
 ``--preset gpu`` is the benchmark size for the lent H200 (training on CUDA):
 
     python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR] [--cuda]
+        [--checkpoint DIR] [--only CHOICE,...] [--set MODULE.NAME=VALUE ...]
+
+``--set`` overrides a module constant for the run (a sweep, e.g.
+``--set engine.quantize.gptq.REFIT_STEPS=0``) and is recorded as ``overrides``.
 
 ``--cuda`` (a GPU with onnxruntime-gpu) adds our CUDA packages of the same checkpoint (fp32,
 fp16, bf16, INT8 and INT4 weights), run on the CUDA EP and scored against the same float

@@ -201,3 +201,40 @@ def test_the_notice_filter_is_safe_under_threads_and_off_outside_the_cli():
         f"thread {i} line {j}" for i in range(2) for j in range(50)
     )
     assert lines[-1] == "still here"
+
+
+def test_int8_weights_at_block_128_beside_int4_run_on_the_plugin(plugin, tmp_path: Path):
+    """Mixed precision's INT8 weights take blocks of 128 (64 where the width needs it)
+    beside INT4 ones at 16: the WebGPU package (MatMulNBits and GatherBlockQuantized at
+    both bit widths) gives the CPU package's tokens and logits on the plugin, capture on."""
+    make_checkpoint(
+        tmp_path / "checkpoint",
+        "qwen2",
+        hidden_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=192,
+    )
+    mixed = dict(
+        dtype="fp32",
+        weight_bits=4,
+        embedding_bits=4,
+        block_size=16,
+        accuracy_level=0,
+        keep_int8=("layers.0.*", "embed_tokens.weight"),
+    )
+    packages = {}
+    for ep in ("cpu", "webgpu"):
+        packages[ep] = tmp_path / ep
+        result = export(
+            packages[ep], model_dir=tmp_path / "checkpoint", options=ExportOptions(ep=ep, **mixed)
+        )
+        blocks = {(wp.bits, wp.block_size) for wp in result.plan.decoder.weights if wp.quantized}
+        assert {(8, 128), (8, 64), (4, 16)} <= blocks, (ep, blocks)
+    tokens, logits = ort_greedy(packages["cpu"], PROMPT, STEPS)
+    runner = Runner(packages["webgpu"], RunnerOptions(ep="webgpu", graph_capture=True))
+    run = runner.generate(PROMPT, STEPS, keep_logits=True)
+    assert list(run.tokens) == tokens
+    last_rows = np.stack([np.asarray(step).reshape(-1, step.shape[-1])[-1] for step in logits])
+    diff = float(np.abs(np.stack(run.logits) - last_rows[: len(run.logits)]).max())
+    assert diff <= LAVAPIPE_TOL, diff
