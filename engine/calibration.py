@@ -10,15 +10,25 @@ read the same input (q/k/v, gate/up) share one :class:`~engine.quantize.gptq.Fee
 AWQ searches each foldable input's scales on those statistics and the float model's own
 weights (:mod:`engine.quantize.awq`, :mod:`engine.activation_scaling`); GPTQ after AWQ
 takes the statistics of the scaled inputs.
+
+GPTQ alone never keeps every input's statistics at once: the inputs are grouped in the
+order the export writes their weights, within :data:`MAX_STATISTICS_BYTES`, and each group
+is measured by its own pass over the calibration text when the export first asks for one
+of its weights (:class:`StreamedFeedback`; one pass for a model whose statistics fit, a few
+for a 1 B one). What bounds it is the float model the passes run, up to
+:data:`MAX_FLOAT_MODEL_BYTES`. AWQ searches on every input's statistics together, so it
+keeps them all and stays within :data:`MAX_STATISTICS_BYTES` in one pass.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 import sysconfig
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +47,14 @@ SEQUENCE_LENGTH = 256
 MAX_TOKENS = 16_384
 """Calibration tokens used at most (the first ones of the text)."""
 MAX_STATISTICS_BYTES = 4 * 1024**3
-"""Largest sum of ``[K, K]`` float64 statistics kept in memory at once."""
+"""Most bytes of statistics kept in memory at once: AWQ's ``[K, K]`` float64 sums of every
+input; GPTQ's groups (:data:`GROUP_BYTES_PER_ELEMENT`), two at a time."""
+MAX_FLOAT_MODEL_BYTES = 8 * 1024**3
+"""Largest fp32 float model calibration runs (its weights in one onnxruntime session):
+about 2 B parameters."""
+GROUP_BYTES_PER_ELEMENT = 20
+"""What one ``[K, K]`` element of a GPTQ group costs while it is measured: the float64 sum,
+then the float64 factor and the float32 ``H`` its :class:`Feedback` keeps."""
 SAMPLE_MODULES = (
     "argparse",
     "textwrap",
@@ -119,27 +136,47 @@ _GROUPS = {
 """Linears that read one input (their statistics are one ``[K, K]`` array)."""
 
 
-def statistics_bytes(export_plan: ExportPlan) -> int:
-    """What the calibration keeps at once: one float64 ``[K, K]`` per linear input."""
+def _input_widths(export_plan: ExportPlan) -> dict[tuple[str, str], int]:
+    """The width ``K`` of each distinct input of the plan's quantized linears."""
     inputs: dict[tuple[str, str], int] = {}
     for wp in export_plan.decoder.weights:
         if wp.storage != "matmulnbits" or len(wp.weight.shape) != 2:
             continue
         parent, _, leaf = wp.name.removesuffix(".weight").rpartition(".")
         inputs[parent, _GROUPS.get(leaf, leaf)] = wp.weight.shape[1]
-    return sum(8 * k * k for k in inputs.values())
+    return inputs
+
+
+def statistics_bytes(export_plan: ExportPlan) -> int:
+    """Every input's statistics at once (what AWQ keeps): one float64 ``[K, K]`` each."""
+    return sum(8 * k * k for k in _input_widths(export_plan).values())
 
 
 def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
     """Everything GPTQ / AWQ can refuse, checked before any expensive work: the tokenizer,
     the calibration text, the memory its statistics take. Returns the token ids."""
-    need = statistics_bytes(export_plan)
-    if need > MAX_STATISTICS_BYTES:
+    method = export_plan.options.quant_method
+    floats = sum(4 * int(np.prod(wp.weight.shape)) for wp in export_plan.decoder.weights)
+    if floats > MAX_FLOAT_MODEL_BYTES:
         raise OptionsError(
-            f"the calibration statistics of this model take {need / 2**30:.1f} GiB at once, more "
-            f"than the {MAX_STATISTICS_BYTES / 2**30:.0f} GiB calibration keeps (models up to "
-            f"about 0.4 B parameters for now); use {option('quant_method', 'rtn')} or "
+            f"calibration runs the checkpoint's float32 model, {floats / 2**30:.1f} GiB for "
+            f"this one, more than the {MAX_FLOAT_MODEL_BYTES / 2**30:.0f} GiB it runs (models up "
+            f"to about 2 B parameters for now); use {option('quant_method', 'rtn')} or "
             f"{option('quant_method', 'search')}"
+        )
+    need = statistics_bytes(export_plan)
+    if method in AWQ_METHODS and need > MAX_STATISTICS_BYTES:
+        raise OptionsError(
+            f"AWQ searches on every linear input's statistics at once, {need / 2**30:.1f} GiB "
+            f"for this model, more than the {MAX_STATISTICS_BYTES / 2**30:.0f} GiB calibration "
+            f"keeps; use {option('quant_method', 'gptq')} (it measures a few inputs at a time)"
+        )
+    widest = max(_input_widths(export_plan).values(), default=0)
+    if GROUP_BYTES_PER_ELEMENT * widest**2 > MAX_STATISTICS_BYTES // 2:
+        raise OptionsError(
+            f"one linear input of this model is {widest:,} wide: its GPTQ statistics alone "
+            f"take more than {MAX_STATISTICS_BYTES / 2**31:.0f} GiB; use "
+            f"{option('quant_method', 'rtn')} or {option('quant_method', 'search')}"
         )
     spec = export_plan.spec
     return calibration_tokens(model_dir, export_plan.options.calibration, spec.vocab_size)
@@ -150,7 +187,8 @@ class Calibration:
     """What calibration found: GPTQ's feedback per linear weight name (empty unless GPTQ),
     and AWQ's input scaling (None unless AWQ)."""
 
-    feedback: dict[str, Feedback]
+    feedback: Mapping[str, Feedback]
+    """A dict, or GPTQ's :class:`StreamedFeedback` (measured as the export asks)."""
     scaling: Scaling | None = None
     scaled: tuple[InputScales, ...] = ()
     """AWQ's search result of each input it scaled."""
@@ -159,8 +197,25 @@ class Calibration:
     awq: bool = False
     """The method asked for AWQ."""
 
+    def close(self) -> None:
+        """Remove the float model a streamed feedback still measures with."""
+        if isinstance(self.feedback, StreamedFeedback):
+            self.feedback.close()
+
+    def report(self, status: Callable[[str], None]) -> None:
+        """Where a streamed feedback's later passes say how far they are (the export's
+        progress at its current fraction)."""
+        if isinstance(self.feedback, StreamedFeedback):
+            self.feedback.status = status
+
     def notes(self) -> list[str]:
-        """The export summary's line about AWQ, if it was asked for."""
+        """The export summary's line about AWQ, if it was asked for, or about GPTQ's
+        passes when it took more than one."""
+        if isinstance(self.feedback, StreamedFeedback) and self.feedback.passes > 1:
+            return [
+                f"GPTQ: statistics measured {len(self.feedback.groups)} groups of inputs at a "
+                f"time, in {self.feedback.passes} passes over the calibration text"
+            ]
         if not self.awq:
             return []
         if not self.searched:
@@ -193,25 +248,33 @@ def calibrate(
     """Run the calibration tokens ``ids`` through the checkpoint's float model and derive
     what ``export_plan``'s quantization method needs: AWQ's scales (``awq``,
     ``awq-gptq``), then GPTQ's feedback from the inputs as scaled (``gptq``,
-    ``awq-gptq``)."""
+    ``awq-gptq``). GPTQ alone measures its first group of inputs here and the others when
+    the export asks (:class:`StreamedFeedback`): :meth:`Calibration.close` when done."""
     import onnx
 
     method = export_plan.options.quant_method
     cancel = cancel or CancelToken()
-    with tempfile.TemporaryDirectory(prefix="es-calibrate-", ignore_cleanup_errors=True) as tmp:
-        work = Path(tmp)
+    work = Path(tempfile.mkdtemp(prefix="es-calibrate-"))
+    try:
         progress(0.0, "calibration: the float model")
         model_file = float_model(Path(model_dir), work, cancel)
         proto = onnx.load(str(model_file), load_external_data=False)
         inputs = _linear_inputs(proto)
+        tables = _looked_up(proto) & inputs.keys()
+        windows = _windows(ids, export_plan.spec.bos_token_id)
+        probe = work / "float" / "calibrate.onnx"
+        if method not in AWQ_METHODS:
+            streamed = StreamedFeedback(
+                proto, probe, windows, inputs, _groups(export_plan, inputs, proto), tables, cancel
+            )
+            streamed.measure_first(progress)
+            return Calibration(streamed)
         names = sorted(set(inputs.values()))
-        folds = find_folds(proto, inputs) if method in AWQ_METHODS else {}
+        folds = find_folds(proto, inputs)
         for name in names:
             proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-        probe = work / "float" / "calibrate.onnx"
         onnx.save(proto, str(probe))
-        bos = export_plan.spec.bos_token_id
-        sums = _accumulate(probe, _windows(ids, bos), names, progress, cancel)
+        sums = _accumulate(probe, windows, names, progress, cancel)
         scaling: Scaling | None = None
         scaled: tuple[InputScales, ...] = ()
         searched = 0
@@ -223,16 +286,183 @@ def calibrate(
             if method in GPTQ_METHODS:  # in place: a copy would double the statistics
                 for name, h in sums.items():
                     _scale_statistics(name, h, inputs, scaling)
-    feedback: dict[str, Feedback] = {}
-    if method in GPTQ_METHODS:
-        progress(0.95, "calibration: feedback per input")
-        per_input = {name: Feedback.from_hessian(h, act_order=True) for name, h in sums.items()}
-        feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
-        for table in _looked_up(proto) & feedback.keys():  # a tied head's table
-            feedback[table] = Feedback.from_hessian(
-                sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP
-            )
-    return Calibration(feedback, scaling, scaled, searched, awq=method in AWQ_METHODS)
+        feedback: dict[str, Feedback] = {}
+        if method in GPTQ_METHODS:
+            progress(0.95, "calibration: feedback per input")
+            feedback = _feedback(sums, inputs, tables)
+        shutil.rmtree(work, ignore_errors=True)
+        return Calibration(feedback, scaling, scaled, searched, awq=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _feedback(
+    sums: Mapping[str, np.ndarray], inputs: Mapping[str, str], tables: set[str]
+) -> dict[str, Feedback]:
+    """GPTQ's feedback of every weight whose input is in ``sums`` (one factorisation per
+    input); a tied head's table (in ``tables``) with its lookup term."""
+    per_input = {
+        name: replace(Feedback.from_hessian(h, act_order=True), source=name)
+        for name, h in sums.items()
+    }
+    feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
+    for table in tables & feedback.keys():
+        looked_up = Feedback.from_hessian(sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP)
+        feedback[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
+    return feedback
+
+
+def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> list[list[str]]:
+    """The float model's inputs of the plan's quantized weights in the order the graph
+    computes them, cut into groups whose statistics take at most half of
+    :data:`MAX_STATISTICS_BYTES` each (two are kept at once): a group's pass then runs the
+    model only as far as its last input."""
+    widths = _widths(proto, inputs)
+    wanted = {
+        inputs[part.name]
+        for wp in export_plan.decoder.weights
+        if wp.quantized and not wp.shares
+        for part in (wp.weight.parts or (wp.weight,))
+        if part.name in inputs
+    }
+    made = {out: index for index, node in enumerate(proto.graph.node) for out in node.output}
+    order = sorted(wanted, key=lambda value: (made.get(value, -1), value))
+    budget = MAX_STATISTICS_BYTES // 2
+    groups: list[list[str]] = []
+    used = budget
+    for value in order:
+        cost = GROUP_BYTES_PER_ELEMENT * widths[value] ** 2
+        if used + cost > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(value)
+        used += cost
+    return groups
+
+
+def _pruned(proto: Any, outputs: list[str]) -> Any:
+    """A copy of the float model ``proto`` (its weights external, left where they are)
+    that computes only ``outputs``: the nodes they depend on, nothing after them
+    (onnxruntime runs every node of a graph whatever outputs are fetched)."""
+    import onnx
+
+    graph = proto.graph
+    made = {out: index for index, node in enumerate(graph.node) for out in node.output}
+    keep: set[int] = set()
+    if any(a.type == onnx.AttributeProto.GRAPH for n in graph.node for a in n.attribute):
+        made = {}  # subgraphs read outer values unseen here: keep every node
+        keep = set(range(len(graph.node)))
+    stack = list(outputs)
+    while stack:
+        index = made.get(stack.pop())
+        if index is None or index in keep:
+            continue
+        keep.add(index)
+        stack.extend(graph.node[index].input)
+    nodes = [node for index, node in enumerate(graph.node) if index in keep]
+    used = {name for node in nodes for name in node.input}
+    pruned = onnx.helper.make_graph(
+        nodes,
+        graph.name,
+        list(graph.input),
+        [onnx.helper.make_empty_tensor_value_info(name) for name in outputs],
+        [t for t in graph.initializer if t.name in used],
+    )
+    model = onnx.helper.make_model(pruned, opset_imports=list(proto.opset_import))
+    model.ir_version = proto.ir_version
+    return model
+
+
+def _widths(proto: Any, inputs: Mapping[str, str]) -> dict[str, int]:
+    """Each input's width ``K``, from the weights that read it: ``x @ W`` with ``W`` stored
+    ``[K, N]``, a tied head's ``E @ x^T`` with ``E`` ``[V, K]``."""
+    dims = {t.name: tuple(t.dims) for t in proto.graph.initializer}
+    as_stored = {n.input[1] for n in proto.graph.node if n.op_type == "MatMul"}
+    return {
+        value: int(dims[weight][0] if weight in as_stored else dims[weight][1])
+        for weight, value in inputs.items()
+    }
+
+
+class StreamedFeedback(Mapping[str, Feedback]):
+    """GPTQ's feedback per weight name, measured a group of inputs at a time: the first
+    time a weight's feedback is asked for, its group's statistics are accumulated by one
+    pass over the calibration windows (only that group's inputs fetched), factorised and
+    kept; the two most recent groups stay. Thread-safe (the writer quantizes on several
+    threads); the groups follow the export's order, so each is measured once (parts of up
+    to 256 bytes, toy models' scales, stay in the model file and are produced apart, which
+    can measure a group again)."""
+
+    def __init__(
+        self,
+        proto: Any,
+        probe: Path,
+        windows: list[np.ndarray],
+        inputs: Mapping[str, str],
+        groups: list[list[str]],
+        tables: set[str],
+        cancel: CancelToken,
+    ) -> None:
+        """``proto``: the float model without its weights' bytes, which stay in the data
+        file beside ``probe``, the path each group's pruned model is written to (the work
+        folder above it goes with :meth:`close`)."""
+        self.groups = groups
+        self.passes = 0
+        """Passes over the calibration text so far (one per group measured)."""
+        self._proto, self._probe, self._windows, self._tables = proto, probe, windows, tables
+        self._cancel, self._work = cancel, probe.parent.parent
+        self.status: Callable[[str], None] = lambda message: None
+        """Told how a pass measured while the export writes is going."""
+        group_of = {value: index for index, group in enumerate(groups) for value in group}
+        self._group = {w: group_of[v] for w, v in inputs.items() if v in group_of}
+        self._inputs = dict(inputs)
+        self._kept: dict[int, dict[str, Feedback]] = {}
+        self._lock = threading.Lock()
+
+    def measure_first(self, progress: Progress) -> None:
+        """Measure the first group now (with progress: the export's calibration step)."""
+        if self.groups:
+            with self._lock:
+                self._measure(0, progress)
+
+    def __getitem__(self, weight: str) -> Feedback:
+        index = self._group[weight]  # KeyError: no feedback for this weight
+        with self._lock:
+            if index not in self._kept:
+
+                def say(fraction: float, message: str) -> None:
+                    self.status(
+                        f"calibration pass {self.passes + 1} (group {index + 1} of "
+                        f"{len(self.groups)}): {message.removeprefix('calibration: ')} windows"
+                    )
+
+                self._measure(index, say)
+            return self._kept[index][weight]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._group)
+
+    def __len__(self) -> int:
+        return len(self._group)
+
+    def _measure(self, index: int, progress: Progress) -> None:
+        import onnx
+
+        names = self.groups[index]
+        onnx.save(_pruned(self._proto, names), str(self._probe))
+        sums = _accumulate(self._probe, self._windows, names, progress, self._cancel)
+        inputs = {w: v for w, v in self._inputs.items() if v in sums}
+        self._kept[index] = _feedback(sums, inputs, self._tables)
+        del sums
+        self.passes += 1
+        while len(self._kept) > 2:  # the oldest goes (dicts keep insertion order)
+            del self._kept[next(iter(self._kept))]
+
+    def close(self) -> None:
+        """Drop what is kept and remove the float model."""
+        self._kept.clear()
+        shutil.rmtree(self._work, ignore_errors=True)
 
 
 def _awq(

@@ -156,70 +156,79 @@ def export(
         calibration = _calibrate(model_dir, export_plan, progress, cancel)
         if calibration.scaling:
             source = ScaledSource(source, calibration.scaling)
-    progress(0.03, "building the graphs")
-    feedback = calibration.feedback if calibration is not None else None
-    factory = TensorFactory(export_plan, source, cancel, feedback=feedback)
-    built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
-    notes: list[str] = [*ready.notes, *tokenizer_notes]
-    for session in built:
-        notes += [
-            f"{session.name}: {family}: {count} rewrites"
-            for family, count in session.rewrites.items()
-            if count
-        ]
-        if export_plan.caps.graph_capture and not session.capture:
-            notes += [f"{session.name}: graph capture off: {r}" for r in session.reasons[:5]]
-    capture = {session.name: session.capture for session in built}
-    share_buffer = export_plan.uses_gqa
-    cancel.raise_if_cancelled()
-
-    total = max(export_plan.nbytes, 1)
-    written = 0
-
-    def on_written(tensor: ir.TensorProtocol, nbytes: int) -> None:
-        nonlocal written
-        written += nbytes
-        progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
+    try:
+        progress(0.03, "building the graphs")
+        feedback = calibration.feedback if calibration is not None else None
+        factory = TensorFactory(export_plan, source, cancel, feedback=feedback)
+        built = [_build(export_plan, session, factory) for session in plan_sessions(export_plan)]
+        notes: list[str] = [*ready.notes, *tokenizer_notes]
+        for session in built:
+            notes += [
+                f"{session.name}: {family}: {count} rewrites"
+                for family, count in session.rewrites.items()
+                if count
+            ]
+            if export_plan.caps.graph_capture and not session.capture:
+                notes += [f"{session.name}: graph capture off: {r}" for r in session.reasons[:5]]
+        capture = {session.name: session.capture for session in built}
+        share_buffer = export_plan.uses_gqa
         cancel.raise_if_cancelled()
 
-    with staging_folder(out, overwrite) as staging:
-        for session in built:
-            filename = export_plan.session(session.name).filename
-            # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
-            # left to the rest of the machine (the app's UI thread starved on 2 cores).
-            stream_writer.save(
-                session.model,
-                staging / filename,
-                filename + DATA_FILE_SUFFIX,
-                on_written=on_written,
-                max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
-            )
-            cancel.raise_if_cancelled()
-        progress(0.96, "writing genai_config.json")
-        write_json(
-            staging / "genai_config.json",
-            make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
-        )
-        for name, data in processors.items():
-            write_json(staging / name, data)
-        notes += [f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()]
-        if precision_note is not None:
-            notes.append(precision_note)
-        if calibration is not None:
-            from engine.calibration import describe
+        total = max(export_plan.nbytes, 1)
+        written = 0
 
-            if feedback:
-                applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
-                notes.append(describe(applied, inputs, factory.gptq_fallbacks))
-            notes.extend(calibration.notes())
-        tokenizer = copy_tokenizer(source_dir, staging)
-        audits = {session.name: session.audit for session in built}
-        package_files = [*folder_files(staging), MANIFEST]
-        write_json(
-            staging / MANIFEST,
-            _manifest(export_plan, audits, capture, share_buffer, package_files),
-        )
-        files = folder_files(staging)
+        def on_written(tensor: ir.TensorProtocol, nbytes: int) -> None:
+            nonlocal written
+            written += nbytes
+            progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
+            cancel.raise_if_cancelled()
+
+        if calibration is not None:  # a pass measured while writing says so, in place
+            calibration.report(lambda message: progress(0.05 + 0.9 * written / total, message))
+
+        with staging_folder(out, overwrite) as staging:
+            for session in built:
+                filename = export_plan.session(session.name).filename
+                # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
+                # left to the rest of the machine (the app's UI thread starved on 2 cores).
+                stream_writer.save(
+                    session.model,
+                    staging / filename,
+                    filename + DATA_FILE_SUFFIX,
+                    on_written=on_written,
+                    max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
+                )
+                cancel.raise_if_cancelled()
+            progress(0.96, "writing genai_config.json")
+            write_json(
+                staging / "genai_config.json",
+                make_genai_config(export_plan, capture=capture, share_buffer=share_buffer),
+            )
+            for name, data in processors.items():
+                write_json(staging / name, data)
+            notes += [
+                f"genai_config lint: {lint.message}" for lint in GenaiDoc.load(staging).lint()
+            ]
+            if precision_note is not None:
+                notes.append(precision_note)
+            if calibration is not None:
+                from engine.calibration import describe
+
+                if feedback:
+                    applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
+                    notes.append(describe(applied, inputs, factory.gptq_fallbacks))
+                notes.extend(calibration.notes())
+            tokenizer = copy_tokenizer(source_dir, staging)
+            audits = {session.name: session.audit for session in built}
+            package_files = [*folder_files(staging), MANIFEST]
+            write_json(
+                staging / MANIFEST,
+                _manifest(export_plan, audits, capture, share_buffer, package_files),
+            )
+            files = folder_files(staging)
+    finally:
+        if calibration is not None:
+            calibration.close()  # the float model a streamed feedback measured with
     progress(1.0, "done")
     return ExportResult(
         output=out,

@@ -65,6 +65,8 @@ class Feedback:
     order: np.ndarray | None = None
     hessian: np.ndarray | None = None
     """``H`` as damped, in the columns' own order (float32): the scale refit's objective."""
+    source: str = ""
+    """The input it was measured on (for the export's summary)."""
 
     @classmethod
     def from_hessian(

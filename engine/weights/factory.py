@@ -112,7 +112,7 @@ class TensorFactory:
         self.gptq_fallbacks: set[str] = set()
         self.gptq_applied: set[str] = set()
         """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
-        self.gptq_inputs: set[int] = set()
+        self.gptq_inputs: set[str | int] = set()
         """The distinct inputs (``id`` of their Feedback) those weights were calibrated on."""
         """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
 
@@ -286,7 +286,7 @@ class TensorFactory:
             from engine.quantize.gptq import gptq_quantize
 
             self.gptq_applied.add(weight.name)
-            self.gptq_inputs.add(id(feedback))
+            self.gptq_inputs.add(feedback.source or id(feedback))
             blocks = gptq_quantize(
                 rows.reshape(-1, cols),
                 feedback,

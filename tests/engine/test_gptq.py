@@ -218,12 +218,59 @@ def test_only_the_looked_up_table_gets_the_lookup_term(qwen2, monkeypatch):
     options = ExportOptions(weight_bits=4, embedding_bits=4, block_size=16, quant_method="gptq")
     export_plan = plan(load_spec(root / "checkpoint"), options)
     ids = calibration.prepare(root / "checkpoint", export_plan)
-    ours = calibration.calibrate(root / "checkpoint", ids, export_plan).feedback
+    first = calibration.calibrate(root / "checkpoint", ids, export_plan)
+    ours = {k: v.factor for k, v in first.feedback.items()}
+    first.close()
     monkeypatch.setattr(calibration, "TABLE_LOOKUP", 0.0)
-    plain = calibration.calibrate(root / "checkpoint", ids, export_plan).feedback
+    second = calibration.calibrate(root / "checkpoint", ids, export_plan)
+    plain = {k: v.factor for k, v in second.feedback.items()}
+    second.close()
     assert ours.keys() == plain.keys() and "embed_tokens.weight" in ours
-    changed = {k for k in ours if not np.array_equal(ours[k].factor, plain[k].factor)}
+    changed = {k for k in ours if not np.array_equal(ours[k], plain[k])}
     assert changed == {"embed_tokens.weight"}
+
+
+def test_statistics_measured_a_few_inputs_at_a_time_give_the_same_package(tmp_path, monkeypatch):
+    """GPTQ alone measures its inputs in groups, a pass over the calibration text each,
+    in the order the export writes their weights: with room for only a few inputs at a
+    time the package is byte for byte the one measured in one pass, each group measured
+    once, and the float model is gone afterwards."""
+    import tempfile
+
+    import engine.calibration as calibration
+
+    # Wide enough that every quantized part is over 256 bytes: smaller ones stay inside
+    # model.onnx, produced apart from the data file's pass (toy models only).
+    checkpoint = tmp_path / "checkpoint"
+    make_checkpoint(
+        checkpoint,
+        "qwen2",
+        hidden_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=192,
+    )
+    options = ExportOptions(weight_bits=4, embedding_bits=4, block_size=16, quant_method="gptq")
+    whole = export(tmp_path / "whole", model_dir=checkpoint, options=options)
+    assert not any("passes over" in note for note in whole.notes), whole.notes
+    monkeypatch.setattr(calibration, "MAX_STATISTICS_BYTES", 2 * 1_000_000)  # ~2 inputs each
+    before = set(Path(tempfile.gettempdir()).glob("es-calibrate-*"))
+    messages: list[str] = []
+    streamed = export(
+        tmp_path / "streamed",
+        model_dir=checkpoint,
+        options=options,
+        progress=lambda _, message: messages.append(message),
+    )
+    assert any(m.startswith("calibration pass 2 (group ") for m in messages), messages[:40]
+    assert set(Path(tempfile.gettempdir()).glob("es-calibrate-*")) == before
+    (note,) = [n for n in streamed.notes if "passes over" in n]
+    groups, passes = (int(w) for w in note.split() if w.isdigit())
+    assert groups == passes > 3, note
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "whole" / name).read_bytes() == (
+            tmp_path / "streamed" / name
+        ).read_bytes()
 
 
 def test_gptq_takes_the_users_calibration_text(qwen2, tmp_path):
@@ -313,17 +360,55 @@ def test_fused_projections_of_the_webgpu_lowering_are_calibrated_too(qwen2, tmp_
     assert all(not np.array_equal(gptq_codes[k], rtn_codes[k]) for k in gptq_codes)
 
 
-def test_what_gptq_cannot_do_is_refused_before_the_float_export(tmp_path: Path):
-    """A model whose statistics would not fit is refused from its plan, in one line (no
-    float model is exported first); calibration windows start with BOS."""
+def test_what_calibration_cannot_do_is_refused_before_the_float_export(tmp_path: Path):
+    """From the plan, in one line, before any float model is exported: a float model over
+    what calibration runs (Gemma 4 E2B's ~20 GB), AWQ over the statistics it keeps at once
+    (Gemma 3 1B); GPTQ streams that model's statistics, so it gets as far as the missing
+    tokenizer. Calibration windows start with BOS."""
     from engine.calibration import MAX_STATISTICS_BYTES, _windows, prepare, statistics_bytes
     from engine.plan import plan
     from engine.presets import load_preset
 
-    options = ExportOptions(weight_bits=4, quant_method="gptq")
-    big = plan(load_preset("gemma3-1b"), options)
-    assert statistics_bytes(big) > MAX_STATISTICS_BYTES
-    with pytest.raises(OptionsError, match="GiB at once"):
-        prepare(tmp_path, big)  # no checkpoint there: the size is checked first
+    gptq = ExportOptions(weight_bits=4, quant_method="gptq")
+    with pytest.raises(OptionsError, match=r"float32 model, \d+\.\d GiB"):
+        prepare(tmp_path, plan(load_preset("gemma4-e2b"), gptq))
+    one_b = plan(load_preset("gemma3-1b"), gptq)
+    assert statistics_bytes(one_b) > MAX_STATISTICS_BYTES
+    with pytest.raises(OptionsError, match="AWQ searches on every linear input"):
+        prepare(tmp_path, plan(load_preset("gemma3-1b"), replace(gptq, quant_method="awq")))
+    with pytest.raises(OptionsError, match="lacks"):
+        prepare(tmp_path, one_b)  # no checkpoint there: past the sizes, the tokenizer
     windows = _windows(np.arange(10, 1000), bos=2)
     assert all(w[0] == 2 and len(w) == 256 for w in windows) and len(windows) == 3
+
+
+def test_a_groups_pass_runs_the_model_only_as_far_as_its_inputs():
+    """Each group's pass runs a copy of the float model cut after its last input
+    (onnxruntime runs every node whatever is fetched): the cut keeps exactly the nodes the
+    outputs depend on and the initializers they read, and computes the same values."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engine.calibration import _pruned
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.random((8, 8), np.float32), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("Relu", ["x"], ["a"])]
+    nodes += [
+        helper.make_node("MatMul", [p, f"w{i}"], [o])
+        for i, (p, o) in enumerate([("a", "b"), ("b", "c"), ("c", "d")])
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, None)],
+        weights,
+    )
+    full = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cut = _pruned(full, ["b"])
+    assert [n.op_type for n in cut.graph.node] == ["Relu", "MatMul"]
+    assert [t.name for t in cut.graph.initializer] == ["w0"]
+    x = rng.random((2, 8), np.float32)
+    (b,) = ort.InferenceSession(cut.SerializeToString()).run(["b"], {"x": x})
+    np.testing.assert_allclose(b, np.maximum(x, 0) @ numpy_helper.to_array(weights[0]), rtol=1e-6)
