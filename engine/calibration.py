@@ -449,6 +449,8 @@ class StreamedFeedback(Mapping[str, Feedback]):
     def _measure(self, index: int, progress: Progress) -> None:
         import onnx
 
+        while len(self._kept) > 1:  # the oldest goes first (dicts keep insertion order)
+            del self._kept[next(iter(self._kept))]
         names = self.groups[index]
         onnx.save(_pruned(self._proto, names), str(self._probe))
         sums = _accumulate(self._probe, self._windows, names, progress, self._cancel)
@@ -456,8 +458,6 @@ class StreamedFeedback(Mapping[str, Feedback]):
         self._kept[index] = _feedback(sums, inputs, self._tables)
         del sums
         self.passes += 1
-        while len(self._kept) > 2:  # the oldest goes (dicts keep insertion order)
-            del self._kept[next(iter(self._kept))]
 
     def close(self) -> None:
         """Drop what is kept and remove the float model."""
