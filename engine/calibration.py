@@ -48,7 +48,7 @@ MAX_TOKENS = 16_384
 """Calibration tokens used at most (the first ones of the text)."""
 MAX_STATISTICS_BYTES = 4 * 1024**3
 """Most bytes of statistics kept in memory at once: AWQ's ``[K, K]`` float64 sums of every
-input; GPTQ's groups (:data:`GROUP_BYTES_PER_ELEMENT`), two at a time."""
+input; GPTQ's groups (:data:`GROUP_BYTES_PER_ELEMENT`), one kept while the next is measured."""
 MAX_FLOAT_MODEL_BYTES = 8 * 1024**3
 """Largest fp32 float model calibration runs (its weights in one onnxruntime session):
 about 2 B parameters."""
@@ -316,7 +316,7 @@ def _feedback(
 def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> list[list[str]]:
     """The float model's inputs of the plan's quantized weights in the order the graph
     computes them, cut into groups whose statistics take at most half of
-    :data:`MAX_STATISTICS_BYTES` each (two are kept at once): a group's pass then runs the
+    :data:`MAX_STATISTICS_BYTES` each (one is kept while the next is measured): a group's pass then runs the
     model only as far as its last input."""
     widths = _widths(proto, inputs)
     wanted = {
@@ -389,7 +389,7 @@ class StreamedFeedback(Mapping[str, Feedback]):
     """GPTQ's feedback per weight name, measured a group of inputs at a time: the first
     time a weight's feedback is asked for, its group's statistics are accumulated by one
     pass over the calibration windows (only that group's inputs fetched), factorised and
-    kept; the two most recent groups stay. Thread-safe (the writer quantizes on several
+    kept; the latest group stays while the next is measured. Thread-safe (the writer quantizes on several
     threads); the groups follow the export's order, so each is measured once (parts of up
     to 256 bytes, toy models' scales, stay in the model file and are produced apart, which
     can measure a group again)."""
