@@ -316,8 +316,8 @@ def _feedback(
 def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> list[list[str]]:
     """The float model's inputs of the plan's quantized weights in the order the graph
     computes them, cut into groups whose statistics take at most half of
-    :data:`MAX_STATISTICS_BYTES` each (one is kept while the next is measured): a group's pass then runs the
-    model only as far as its last input."""
+    :data:`MAX_STATISTICS_BYTES` each (one is kept while the next is measured): a group's
+    pass then runs the model only as far as its last input."""
     widths = _widths(proto, inputs)
     wanted = {
         inputs[part.name]
@@ -389,8 +389,9 @@ class StreamedFeedback(Mapping[str, Feedback]):
     """GPTQ's feedback per weight name, measured a group of inputs at a time: the first
     time a weight's feedback is asked for, its group's statistics are accumulated by one
     pass over the calibration windows (only that group's inputs fetched), factorised and
-    kept; the latest group stays while the next is measured. Thread-safe (the writer quantizes on several
-    threads); the groups follow the export's order, so each is measured once (parts of up
+    kept; the latest group stays while the next is measured. Thread-safe (the writer
+    quantizes on several threads); each group is measured once when the export asks in
+    graph order (parts of up
     to 256 bytes, toy models' scales, stay in the model file and are produced apart, which
     can measure a group again)."""
 
