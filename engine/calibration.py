@@ -390,10 +390,9 @@ class StreamedFeedback(Mapping[str, Feedback]):
     time a weight's feedback is asked for, its group's statistics are accumulated by one
     pass over the calibration windows (only that group's inputs fetched), factorised and
     kept; the latest group stays while the next is measured. Thread-safe (the writer
-    quantizes on several threads); each group is measured once when the export asks in
-    graph order (parts of up
-    to 256 bytes, toy models' scales, stay in the model file and are produced apart, which
-    can measure a group again)."""
+    quantizes on several threads); the export asks for a group's weights together, so each
+    group is measured once (parts of up to 256 bytes, toy models' scales, stay in the model
+    file and are produced apart, which can measure a group again)."""
 
     def __init__(
         self,
