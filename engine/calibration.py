@@ -314,20 +314,20 @@ def _feedback(
 
 
 def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> list[list[str]]:
-    """The float model's inputs of the plan's quantized weights in the order the graph
-    computes them, cut into groups whose statistics take at most half of
-    :data:`MAX_STATISTICS_BYTES` each (one is kept while the next is measured): a group's
-    pass then runs the model only as far as its last input."""
+    """The float model's inputs of the plan's quantized weights in the order the export
+    writes those weights (so that each group is measured once; a tied table, written
+    first, brings the head's input into the first group), cut into groups whose
+    statistics take at most half of :data:`MAX_STATISTICS_BYTES` each (one is kept while
+    the next is measured). A group's pass runs the model only as far as its last input."""
     widths = _widths(proto, inputs)
-    wanted = {
-        inputs[part.name]
-        for wp in export_plan.decoder.weights
-        if wp.quantized and not wp.shares
-        for part in (wp.weight.parts or (wp.weight,))
-        if part.name in inputs
-    }
-    made = {out: index for index, node in enumerate(proto.graph.node) for out in node.output}
-    order = sorted(wanted, key=lambda value: (made.get(value, -1), value))
+    order: list[str] = []
+    for wp in export_plan.decoder.weights:
+        if wp.shares or not wp.quantized:
+            continue
+        for part in wp.weight.parts or (wp.weight,):
+            value = inputs.get(part.name)
+            if value is not None and value not in order:
+                order.append(value)
     budget = MAX_STATISTICS_BYTES // 2
     groups: list[list[str]] = []
     used = budget
