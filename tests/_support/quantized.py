@@ -302,3 +302,19 @@ class Packages:
 
     def metrics(self, key: str, options: ExportOptions) -> Metrics:
         return compare(self.logits(key, options), self.reference(key))
+
+
+MIXED_BY_NAME: dict[str, Any] = dict(
+    dtype="fp32",
+    weight_bits=4,
+    embedding_bits=4,
+    block_size=16,
+    accuracy_level=0,
+    keep_int8=("layers.0.*", "embed_tokens.weight"),
+)
+"""INT4 weights, layer 0 and the token table in INT8 (``keep_int8``)."""
+
+WIDE_QWEN2: dict[str, Any] = dict(
+    hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=192
+)
+"""A Qwen2 checkpoint whose widths take INT8 blocks of 128 (hidden) and 64 (MLP, 192)."""

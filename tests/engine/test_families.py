@@ -20,6 +20,8 @@ from engine.pipeline import export
 from tests._support.genai_loop import genai_greedy
 from tests._support.ort_loop import ort_greedy
 from tests._support.quantized import (
+    MIXED_BY_NAME,
+    WIDE_QWEN2,
     dequantized_model,
     forced_logits,
     hf_forced_logits,
@@ -550,17 +552,6 @@ def test_a_multimodal_gemma3_checkpoint_exports_its_text_decoder(tmp_path: Path)
     assert not (tmp_path / "mm").exists()
 
 
-MIXED_BY_NAME: dict[str, Any] = dict(
-    dtype="fp32",
-    weight_bits=4,
-    embedding_bits=4,
-    block_size=16,
-    accuracy_level=0,
-    keep_int8=("layers.0.*", "embed_tokens.weight"),
-)
-"""INT4 weights, layer 0 and the token table in INT8 (``keep_int8``)."""
-
-
 def test_mixed_precision_by_name_keeps_the_chosen_layers_in_int8(
     checkpoints: Checkpoints, tmp_path: Path
 ):
@@ -615,14 +606,7 @@ def test_weights_moved_to_int8_take_block_128_where_their_width_allows(tmp_path:
 
     from engine.plan import INT8_BLOCK, plan
 
-    model = make_checkpoint(
-        tmp_path / "checkpoint",
-        "qwen2",
-        hidden_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=192,
-    )
+    model = make_checkpoint(tmp_path / "checkpoint", "qwen2", **WIDE_QWEN2)
     tokens, _ = hf_greedy(model, PROMPT, 8)
     options = ExportOptions(**MIXED_BY_NAME)
     out = tmp_path / "pkg"

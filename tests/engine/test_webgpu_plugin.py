@@ -26,6 +26,7 @@ from engine.runtime.plugins import has_lavapipe, ort_plugin
 from engine.runtime.runner import Runner, RunnerOptions
 from engine.runtime.session import available_providers
 from tests._support.ort_loop import ort_greedy
+from tests._support.quantized import MIXED_BY_NAME, WIDE_QWEN2
 from tests._support.tiny_gemma import hf_greedy
 from tests._support.tiny_llama import make_checkpoint
 
@@ -207,27 +208,14 @@ def test_int8_weights_at_block_128_beside_int4_run_on_the_plugin(plugin, tmp_pat
     """Mixed precision's INT8 weights take blocks of 128 (64 where the width needs it)
     beside INT4 ones at 16: the WebGPU package (MatMulNBits and GatherBlockQuantized at
     both bit widths) gives the CPU package's tokens and logits on the plugin, capture on."""
-    make_checkpoint(
-        tmp_path / "checkpoint",
-        "qwen2",
-        hidden_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=192,
-    )
-    mixed = dict(
-        dtype="fp32",
-        weight_bits=4,
-        embedding_bits=4,
-        block_size=16,
-        accuracy_level=0,
-        keep_int8=("layers.0.*", "embed_tokens.weight"),
-    )
+    make_checkpoint(tmp_path / "checkpoint", "qwen2", **WIDE_QWEN2)
     packages = {}
     for ep in ("cpu", "webgpu"):
         packages[ep] = tmp_path / ep
         result = export(
-            packages[ep], model_dir=tmp_path / "checkpoint", options=ExportOptions(ep=ep, **mixed)
+            packages[ep],
+            model_dir=tmp_path / "checkpoint",
+            options=ExportOptions(ep=ep, **MIXED_BY_NAME),
         )
         blocks = {(wp.bits, wp.block_size) for wp in result.plan.decoder.weights if wp.quantized}
         assert {(8, 128), (8, 64), (4, 16)} <= blocks, (ep, blocks)
