@@ -9,7 +9,7 @@ measurement the Preview shows all-INT4 and says, in one line, how to get the mix
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.wording import CONTROLS, render
@@ -67,19 +67,15 @@ def mixed_plan(
     target from ``tradeoff`` (measured on this all-INT4 plan), and what to say about it;
     without a measurement (or with one of another plan), the plan as it is."""
     from engine.plan import plan
-    from engine.sensitivity import PrecisionChoice, budget_problem, pick
+    from engine.sensitivity import PrecisionChoice, budget_problem
 
     options = export_plan.options
     base = export_plan.nbytes
     if tradeoff is None or tradeoff.points[0].nbytes != base:
         return export_plan, not_measured(options)
     costs = list(tradeoff.costs)
-    names, predicted, nbytes = pick(costs, options, base)
-    mixed = plan(spec, replace(options, keep_int8=(*options.keep_int8, *names)))
-    total = sum(c.kld4 for c in costs)
-    choice = PrecisionChoice(
-        tuple(names), predicted, total, nbytes, base, tuple(costs), options.target_kld
-    )
+    choice = PrecisionChoice.from_costs(costs, options, base)
+    mixed = plan(spec, choice.applied_to(options))
     note = render(choice.note())
     summary = (
         f"{note[:1].upper()}{note[1:]}. From “{CONTROLS['tradeoff'].name}”; the export "

@@ -302,14 +302,19 @@ def _feedback(
 ) -> dict[str, Feedback]:
     """GPTQ's feedback of every weight whose input is in ``sums`` (one factorisation per
     input); a tied head's table (in ``tables``) with its lookup term."""
+    read = {value for w, value in inputs.items() if w not in tables}  # by a linear
     per_input = {
         name: replace(Feedback.from_hessian(h, act_order=True), source=name)
         for name, h in sums.items()
+        if name in read
     }
     feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
-    for table in tables & feedback.keys():
-        looked_up = Feedback.from_hessian(sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP)
-        feedback[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
+    for table in tables & inputs.keys():
+        if inputs[table] in sums:
+            looked_up = Feedback.from_hessian(
+                sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP
+            )
+            feedback[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
     return feedback
 
 

@@ -93,6 +93,20 @@ class PrecisionChoice:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "costs": [asdict(c) for c in self.costs]}
 
+    @classmethod
+    def from_costs(
+        cls, costs: list[WeightCost], options: ExportOptions, base: int
+    ) -> PrecisionChoice:
+        """The choice :func:`pick` makes from measured ``costs`` for the options' budget or
+        target, from the all-INT4 bytes ``base``."""
+        chosen, predicted, nbytes = pick(costs, options, base)
+        total = sum(c.kld4 for c in costs)
+        return cls(tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld)
+
+    def applied_to(self, options: ExportOptions) -> ExportOptions:
+        """``options`` with the chosen weights in INT8."""
+        return replace(options, keep_int8=(*options.keep_int8, *self.int8))
+
 
 def wanted(options: ExportOptions) -> bool:
     """The options ask for mixed precision by measured sensitivity."""
@@ -122,8 +136,7 @@ def apply(
     )
     progress(0.0, "measuring each weight's sensitivity")
     choice = choose(folder, export_plan, lambda changed: plan(spec, changed), progress, cancel)
-    chosen = replace(options, keep_int8=(*options.keep_int8, *choice.int8))
-    return plan(spec, chosen), choice.note()
+    return plan(spec, choice.applied_to(options)), choice.note()
 
 
 def _checkpoint(
@@ -178,11 +191,7 @@ def choose(
     costs = _costs(model_dir, export_plan, weights, replan, progress, cancel, room=room)
     if not costs:
         return PrecisionChoice((), 0.0, 0.0, base, base, ())
-    chosen, predicted, nbytes = pick(costs, options, base)
-    total = sum(c.kld4 for c in costs)
-    return PrecisionChoice(
-        tuple(chosen), predicted, total, nbytes, base, tuple(costs), options.target_kld
-    )
+    return PrecisionChoice.from_costs(costs, options, base)
 
 
 def budget_problem(options: ExportOptions, base: int) -> str | None:

@@ -113,7 +113,8 @@ class TensorFactory:
         self.gptq_applied: set[str] = set()
         """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
         self.gptq_inputs: set[str | int] = set()
-        """The distinct inputs (``id`` of their Feedback) those weights were calibrated on."""
+        """The distinct inputs those weights were calibrated on (their Feedback's source, or
+        its ``id`` where it has none)."""
         """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
