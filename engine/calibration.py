@@ -289,7 +289,7 @@ def calibrate(
         feedback: dict[str, Feedback] = {}
         if method in GPTQ_METHODS:
             progress(0.95, "calibration: feedback per input")
-            feedback = _feedback(sums, inputs, tables)
+            feedback = _feedback(sums, inputs, tables, _token_count(windows))
         shutil.rmtree(work, ignore_errors=True)
         return Calibration(feedback, scaling, scaled, searched, awq=True)
     except BaseException:
@@ -298,13 +298,14 @@ def calibrate(
 
 
 def _feedback(
-    sums: Mapping[str, np.ndarray], inputs: Mapping[str, str], tables: set[str]
+    sums: Mapping[str, np.ndarray], inputs: Mapping[str, str], tables: set[str], tokens: int
 ) -> dict[str, Feedback]:
     """GPTQ's feedback of every weight whose input is in ``sums`` (one factorisation per
-    input); a tied head's table (in ``tables``) with its lookup term."""
+    input; ``tokens``: the calibration tokens they were summed over); a tied head's table
+    (in ``tables``) with its lookup term."""
     read = {value for w, value in inputs.items() if w not in tables}  # by a linear
     per_input = {
-        name: replace(Feedback.from_hessian(h, act_order=True), source=name)
+        name: replace(Feedback.from_hessian(h, act_order=True, tokens=tokens), source=name)
         for name, h in sums.items()
         if name in read
     }
@@ -312,7 +313,7 @@ def _feedback(
     for table in tables & inputs.keys():
         if inputs[table] in sums:
             looked_up = Feedback.from_hessian(
-                sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP
+                sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP, tokens=tokens
             )
             feedback[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
     return feedback
@@ -460,7 +461,7 @@ class StreamedFeedback(Mapping[str, Feedback]):
         onnx.save(_pruned(self._proto, names), str(self._probe))
         sums = _accumulate(self._probe, self._windows, names, progress, self._cancel)
         inputs = {w: v for w, v in self._inputs.items() if v in sums}
-        self._kept[index] = _feedback(sums, inputs, self._tables)
+        self._kept[index] = _feedback(sums, inputs, self._tables, _token_count(self._windows))
         del sums
         self.passes += 1
 
@@ -598,6 +599,11 @@ def _linear_inputs(proto: Any) -> dict[str, str]:
         elif first in weights and first.endswith(".weight") and second in transposed:
             found[first] = transposed[second]
     return found
+
+
+def _token_count(windows: list[np.ndarray]) -> int:
+    """The calibration tokens the statistics are summed over."""
+    return sum(int(w.size) for w in windows)
 
 
 def _looked_up(proto: Any) -> set[str]:
