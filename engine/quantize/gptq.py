@@ -52,7 +52,9 @@ def damping(cols: int, tokens: int | None) -> float:
     other: at the H200 size (512 / 1,536 columns, 16,384 tokens) GPTQ's mean KLD is 0.00387
     at 0.01 and 0.00352 at 0.05, at the CPU size (128 / 384 columns) 0.00202 at 0.01 and
     0.00211 at 0.05; with 4,096 tokens the CPU size prefers 0.05 too (0.00212 against
-    0.00216) and columns / tokens there gives 0.00209."""
+    0.00216) and columns / tokens there gives 0.00209; at the H200 size it gives 0.00363
+    (0.48x round to nearest's; benchmarks/results/trained_reference-2026-12-03-h200-500-
+    steps-gptq-damping.json)."""
     if not tokens:
         return DAMPING
     return min(MAX_DAMPING, max(DAMPING, DAMPING_RATIO * cols / tokens))
