@@ -27,7 +27,7 @@ import shutil
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -643,13 +643,30 @@ def _accumulate(
         del session  # before the temp folder goes (Windows cannot delete open files)
 
 
-def describe(applied: set[str], inputs: int, fallbacks: set[str] | None = None) -> str:
+def describe(
+    applied: set[str], inputs: Sequence[Feedback], fallbacks: set[str] | None = None
+) -> str:
     """A note for the export summary: the weights GPTQ quantized (``applied``), over how
-    many distinct inputs, and those that fell back to round to nearest."""
+    many distinct inputs (their feedback) and with what damping, and those that fell back
+    to round to nearest."""
+    from engine.quantize import gptq
+
     tables = sorted(name for name in applied if name.startswith("embed_tokens"))
-    note = f"GPTQ (act order): {len(applied)} weights calibrated over {inputs} inputs"
+    note = f"GPTQ (act order): {len(applied)} weights calibrated over {len(inputs)} inputs"
     if tables:
         note += " (the token table too, for the tied head that reads it)"
+    tokens = max((f.tokens or 0 for f in inputs), default=0)
+    if tokens:
+        low, high = min(f.damping for f in inputs), max(f.damping for f in inputs)
+        note += f"; {tokens:,} calibration tokens, damping {low:.2g}"
+        note += f"-{high:.2g}" if high > low else ""
+        most = gptq.MAX_DAMPING
+        capped = sum(f.damping >= most for f in inputs)
+        if capped and tokens < MAX_TOKENS:
+            note += (
+                f" ({capped} inputs have at most {1 / most:.0f} tokens per column: "
+                f"a longer calibration text, up to {MAX_TOKENS:,} tokens, fits them closer)"
+            )
     if fallbacks:
         note += f"; {len(fallbacks)} kept round-to-nearest (width not whole blocks): " + ", ".join(
             sorted(fallbacks)[:3]

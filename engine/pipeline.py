@@ -215,8 +215,8 @@ def export(
                 from engine.calibration import describe
 
                 if feedback:
-                    applied, inputs = factory.gptq_applied, len(factory.gptq_inputs)
-                    notes.append(describe(applied, inputs, factory.gptq_fallbacks))
+                    inputs = list(factory.gptq_inputs.values())
+                    notes.append(describe(factory.gptq_applied, inputs, factory.gptq_fallbacks))
                 notes.extend(calibration.notes())
             tokenizer = copy_tokenizer(source_dir, staging)
             audits = {session.name: session.audit for session in built}

@@ -93,6 +93,11 @@ class Feedback:
     """``H`` as damped, in the columns' own order (float32): the scale refit's objective."""
     source: str = ""
     """The input it was measured on (for the export's summary)."""
+    damping: float = DAMPING
+    """What was added to ``H``'s diagonal, as a fraction of its mean (:func:`damping`; a
+    table's lookup term apart)."""
+    tokens: int | None = None
+    """The calibration tokens ``H`` was summed over (None: not said)."""
 
     @classmethod
     def from_hessian(
@@ -111,14 +116,16 @@ class Feedback:
         cols = h.shape[0]
         dead = np.diag(h) <= 0  # inputs that were always 0: nothing to preserve there
         h[dead, dead] = 1.0
-        h[np.diag_indices(cols)] += (damping(cols, tokens) + lookup) * float(np.mean(np.diag(h)))
+        damped = damping(cols, tokens)
+        h[np.diag_indices(cols)] += (damped + lookup) * float(np.mean(np.diag(h)))
         kept = h.astype(np.float32) if REFIT_STEPS else None
         order = None
         if act_order:
             order = np.argsort(-np.diag(h), kind="stable")
             h = h[np.ix_(order, order)]
         inverse = np.linalg.inv(np.linalg.cholesky(h))
-        return cls(np.linalg.cholesky(inverse.T @ inverse).T, dead, order, kept)
+        factor = np.linalg.cholesky(inverse.T @ inverse).T
+        return cls(factor, dead, order, kept, damping=damped, tokens=tokens)
 
 
 def gptq_quantize(

@@ -110,12 +110,12 @@ class TensorFactory:
         self.on_produced = on_produced
         self.feedback = feedback or {}
         self.gptq_fallbacks: set[str] = set()
+        """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
         self.gptq_applied: set[str] = set()
         """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
-        self.gptq_inputs: set[str | int] = set()
-        """The distinct inputs those weights were calibrated on (their Feedback's source, or
-        its ``id`` where it has none)."""
-        """Calibrated weights quantized by RTN after all (a width that is not whole blocks)."""
+        self.gptq_inputs: dict[str | int, Feedback] = {}
+        """The distinct inputs those weights were calibrated on (by their Feedback's source,
+        or its ``id`` where it has none)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
         """An initializer whose bytes are produced only when written."""
@@ -287,7 +287,7 @@ class TensorFactory:
             from engine.quantize.gptq import gptq_quantize
 
             self.gptq_applied.add(weight.name)
-            self.gptq_inputs.add(feedback.source or id(feedback))
+            self.gptq_inputs[feedback.source or id(feedback)] = feedback
             blocks = gptq_quantize(
                 rows.reshape(-1, cols),
                 feedback,

@@ -206,9 +206,8 @@ def test_a_gptq_package_is_its_own_dequantized_weights(qwen2, tmp_path):
         theirs = hf_forced_logits(dequantized_model(model, result), PROMPT, tokens)
         assert float(np.abs(logits[method] - theirs).max()) <= 1e-4, method
         if method == "gptq":
-            assert any(note.startswith("GPTQ (act order): 18 weights") for note in result.notes), (
-                result.notes
-            )
+            (note,) = [n for n in result.notes if n.startswith("GPTQ (act order): 18 weights")]
+            assert "calibration tokens, damping " in note
     assert float(np.abs(logits["gptq"] - logits["rtn"]).max()) > 1e-3
 
 
@@ -262,6 +261,26 @@ def test_only_the_looked_up_table_gets_the_lookup_term(qwen2, monkeypatch):
     assert ours.keys() == plain.keys() and "embed_tokens.weight" in ours
     changed = {k for k in ours if not np.array_equal(ours[k], plain[k])}
     assert changed == {"embed_tokens.weight"}
+
+
+def test_the_summary_says_the_damping_and_when_more_text_would_help():
+    """The export's GPTQ note names the calibration tokens and the damping range; where
+    inputs got the most damping and the text was shorter than calibration reads, it says
+    that more text would fit them closer."""
+    from engine.calibration import MAX_TOKENS, describe
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 64))
+
+    def feedback(cols: int, tokens: int) -> Feedback:
+        return Feedback.from_hessian(x[:, :cols].T @ x[:, :cols], tokens=tokens)
+
+    short = describe({"a", "b"}, [feedback(16, 512), feedback(64, 512)])
+    assert "512 calibration tokens, damping 0.031-0.1 (1 inputs have at most 10" in short
+    full = describe({"a"}, [feedback(64, MAX_TOKENS), feedback(64, MAX_TOKENS)])
+    assert f"{MAX_TOKENS:,} calibration tokens, damping 0.01" in full
+    assert "longer calibration text" not in full
+    assert "calibration tokens" not in describe({"a"}, [Feedback.from_hessian(x.T @ x)])
 
 
 def test_calibration_damps_by_the_tokens_it_measured(qwen2, monkeypatch):
