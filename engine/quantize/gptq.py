@@ -54,7 +54,9 @@ def damping(cols: int, tokens: int | None) -> float:
     0.00211 at 0.05; with 4,096 tokens the CPU size prefers 0.05 too (0.00212 against
     0.00216) and columns / tokens there gives 0.00209; at the H200 size it gives 0.00363
     (0.48x round to nearest's; benchmarks/results/trained_reference-2026-12-03-h200-500-
-    steps-gptq-damping.json)."""
+    steps-gptq-damping.json). On a second model (--seed 1) it does not help: 0.00324
+    against 0.00320 at 0.01 (the same JSON); it stays for the model sizes where few tokens
+    per column make ``H`` noisy."""
     if not tokens:
         return DAMPING
     return min(MAX_DAMPING, max(DAMPING, DAMPING_RATIO * cols / tokens))
