@@ -664,7 +664,7 @@ def describe(
         capped = sum(f.damping >= most for f in inputs)
         if capped and tokens < MAX_TOKENS:
             note += (
-                f" ({capped} inputs have at most {1 / most:.0f} tokens per column: "
+                f" (at most {1 / most:.0f} tokens per column for {capped} of them: "
                 f"a longer calibration text, up to {MAX_TOKENS:,} tokens, fits them closer)"
             )
     if fallbacks:

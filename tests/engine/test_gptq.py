@@ -276,7 +276,7 @@ def test_the_summary_says_the_damping_and_when_more_text_would_help():
         return Feedback.from_hessian(x[:, :cols].T @ x[:, :cols], tokens=tokens)
 
     short = describe({"a", "b"}, [feedback(16, 512), feedback(64, 512)])
-    assert "512 calibration tokens, damping 0.031-0.1 (1 inputs have at most 10" in short
+    assert "512 calibration tokens, damping 0.031-0.1 (at most 10 tokens per column for 1" in short
     full = describe({"a"}, [feedback(64, MAX_TOKENS), feedback(64, MAX_TOKENS)])
     assert f"{MAX_TOKENS:,} calibration tokens, damping 0.01" in full
     assert "longer calibration text" not in full
