@@ -36,6 +36,9 @@ FORBIDDEN = (
     "onnxruntime_genai",
 )
 REQUIRED_DATA = ("resources/presets/gemma4-tiny.json", "resources/presets/gemma4-e2b.json")
+REQUIRED_PACKAGES = ("tokenizers",)
+"""Packages the engine imports only when it runs (PyInstaller may not see them): tokenizers
+checks every checkpoint's tokenizer.json."""
 
 
 def build(dist: Path, work: Path) -> float:
@@ -75,6 +78,9 @@ def check_bundle(bundle: Path) -> list[str]:
     for data in REQUIRED_DATA:
         if not (internal / data).is_file():
             problems.append(f"missing resource {data}")
+    for package in REQUIRED_PACKAGES:
+        if not (internal / package).is_dir():
+            problems.append(f"missing package {package}")
     for path in internal.rglob("*"):
         if path.is_dir() and path.name in FORBIDDEN:
             problems.append(f"excluded package bundled: {path.relative_to(bundle)}")

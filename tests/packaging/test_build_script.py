@@ -36,6 +36,8 @@ def fake_bundle(root: Path, build) -> Path:
     (internal / "resources" / "presets").mkdir(parents=True)
     for data in build.REQUIRED_DATA:
         (internal / data).write_text("{}")
+    for package in build.REQUIRED_PACKAGES:
+        (internal / package).mkdir()
     for name in build.EXECUTABLES:
         exe = bundle / name
         exe.write_text("#!/bin/sh\n")
@@ -73,6 +75,13 @@ def test_spec_excludes_what_the_bundle_must_not_carry():
     spec = (ROOT / "packaging" / "export_studio.spec").read_text()
     for name in ("torch", "transformers", "PyQt5", "PyQt6", "PySide2", "QtWebEngineCore"):
         assert f'"{name}' in spec or f'.{name}"' in spec, name
+    assert '"tokenizers"' not in spec  # a checkpoint's export loads its tokenizer.json
+
+
+def test_a_bundle_without_tokenizers_is_reported(tmp_path: Path, build):
+    bundle = fake_bundle(tmp_path, build)
+    (bundle / "_internal" / "tokenizers").rmdir()
+    assert build.check_bundle(bundle) == ["missing package tokenizers"]
 
 
 def test_resources_are_found_through_one_helper(monkeypatch, tmp_path: Path):
