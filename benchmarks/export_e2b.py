@@ -55,6 +55,11 @@ VARIANTS: dict[str, list[str]] = {
         *("--ep", "webgpu", "--dtype", "fp16"),
         *("--weight-bits", "4", "--embedding-bits", "4"),
     ],
+    # calibrated: need a checkpoint with a tokenizer (random_checkpoint.py --tokenizer)
+    "cpu-int4-gptq": [
+        *("--ep", "cpu", "--dtype", "fp32", "--weight-bits", "4", "--embedding-bits", "4"),
+        *("--quant-method", "gptq"),
+    ],
 }
 
 
@@ -84,6 +89,7 @@ def one_export(args: argparse.Namespace) -> dict[str, Any]:
         dtype=args.dtype,
         weight_bits=args.weight_bits,
         embedding_bits=args.embedding_bits,
+        quant_method=args.quant_method,
         random_weights=random_weights,
         modalities=("text",),
     )
@@ -103,6 +109,8 @@ def one_export(args: argparse.Namespace) -> dict[str, Any]:
 
     def progress(fraction: float, message: str) -> None:
         stage = message.split(" ")[0] if message.startswith("writing ") else message
+        if message.startswith("calibration"):  # one stage, however many groups and layers
+            stage = message.split(":")[0].split(",")[0]
         now = time.perf_counter()
         stages[str(last[1])] = stages.get(str(last[1]), 0.0) + now - float(last[0])
         last[0], last[1] = now, stage
@@ -260,12 +268,13 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--weight-bits", type=int, default=None)
     parser.add_argument("--embedding-bits", type=int, default=None)
+    parser.add_argument("--quant-method", default="rtn")
     parser.add_argument("--model", default=None, help="a checkpoint folder instead of random")
     parser.add_argument("--out", default=None, help="folder to write into (default: a temp dir)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--matrix", action="store_true", help="every preset x variant")
     parser.add_argument("--presets", default="gemma4-e2b,gemma4-e4b")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(v for v in VARIANTS if "gptq" not in v))
     parser.add_argument("--before", default=None, help="an earlier --matrix JSON to compare")
     parser.add_argument("--work", default=None, help="where the matrix writes packages")
     args = parser.parse_args()

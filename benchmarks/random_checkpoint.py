@@ -2,7 +2,10 @@
 + index) without torch, streaming: memory stays at one chunk whatever the model's size.
 Prints one JSON object.
 
-    python benchmarks/random_checkpoint.py --preset gemma4-e2b OUT_DIR
+    python benchmarks/random_checkpoint.py --preset gemma4-e2b OUT_DIR [--tokenizer 4096]
+
+``--tokenizer N`` adds a byte-level BPE tokenizer of N ids trained on the built-in
+calibration text (what GPTQ / AWQ exports of the checkpoint tokenize with).
 
 Values come from the engine's seeded ``RandomSource`` (what ``--random-weights`` exports),
 so an export of this checkpoint exercises the checkpoint reader on the same sizes as the
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--preset", default="gemma4-e2b")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", type=int, metavar="VOCAB", help="add a tokenizer")
     args = parser.parse_args()
     started = time.perf_counter()
     out = Path(args.out)
@@ -106,6 +110,12 @@ def main() -> None:
         weight_map.update({str(w.source): name for w in group})
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    if args.tokenizer:
+        from trained_reference import train_tokenizer  # beside this script
+
+        from engine.calibration import sample_text
+
+        train_tokenizer(sample_text(), args.tokenizer, out)
     print(
         json.dumps(
             {

@@ -1,31 +1,30 @@
 """Calibration for GPTQ and AWQ (``quant_method`` ``gptq``, ``awq``, ``awq-gptq``): each
 linear's input statistics from the float model running real text.
 
-The checkpoint is first exported as a float CPU package (fp32, text decoder) into a temp
-folder; its graph gets the input of every MatMul over a checkpoint linear as an extra
-output; token sequences of the calibration text (the user's file, or a built-in sample:
-documentation strings of the Python standard library, which every machine has) run
-through it one prefill each, and ``H = sum x x^T`` is accumulated per input. Linears that
-read the same input (q/k/v, gate/up) share one :class:`~engine.quantize.gptq.Feedback`.
-AWQ searches each foldable input's scales on those statistics and the float model's own
-weights (:mod:`engine.quantize.awq`, :mod:`engine.activation_scaling`); GPTQ after AWQ
-takes the statistics of the scaled inputs.
+The checkpoint's fp32 text decoder runs a few layers at a time, its weights produced from
+the checkpoint as each segment runs and never written (:mod:`engine.float_runner`);
+token sequences of the calibration text (the user's file, or a built-in sample:
+documentation strings of the Python standard library, which every machine has) go
+through it one prefill each, and ``H = sum x x^T`` is accumulated per input of every
+MatMul over a checkpoint linear. Linears that read the same input (q/k/v, gate/up) share
+one :class:`~engine.quantize.gptq.Feedback`. AWQ searches each foldable input's scales on
+those statistics and the float model's own weights (:mod:`engine.quantize.awq`,
+:mod:`engine.activation_scaling`); GPTQ after AWQ takes the statistics of the scaled
+inputs.
 
 GPTQ alone never keeps every input's statistics at once: the inputs are grouped in the
-order the export writes their weights, within :data:`MAX_STATISTICS_BYTES`, and each group
-is measured by its own pass over the calibration text when the export first asks for one
-of its weights (:class:`StreamedFeedback`; one pass for a model whose statistics fit, a few
-for a 1 B one). What bounds it is the float model the passes run, up to
-:data:`MAX_FLOAT_MODEL_BYTES`. AWQ searches on every input's statistics together, so it
-keeps them all and stays within :data:`MAX_STATISTICS_BYTES` in one pass.
+order the model computes them (the export writes their weights in that order), within
+:data:`GROUP_BYTES` each, and each group is measured when the export first asks for one
+of its weights, by running the model on from where the previous group stopped
+(:class:`StreamedFeedback`): one run of the model in all, whatever its size; memory is
+one segment's weights and two groups' statistics. AWQ searches on every input's
+statistics together, so it keeps them all and stays within :data:`MAX_STATISTICS_BYTES`.
 """
 
 from __future__ import annotations
 
 import ast
-import shutil
 import sysconfig
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -36,25 +35,43 @@ import numpy as np
 
 from engine.activation_scaling import Fold, Scaling, find_folds
 from engine.errors import OptionsError, option
+from engine.float_runner import (
+    FLOAT_OPTIONS,
+    SEQUENCE_LENGTH,
+    FloatDecoder,
+    SegmentedRun,
+    computed_order,
+)
 from engine.options import AWQ_METHODS, GPTQ_METHODS
 from engine.plan_model import ExportPlan
 from engine.progress import CancelToken, Progress, no_progress
 from engine.quantize.awq import InputScales, search_scales
-from engine.quantize.gptq import TABLE_LOOKUP, Feedback
+from engine.quantize.gptq import TABLE_LOOKUP, WIDE_INPUT, Feedback
 
-SEQUENCE_LENGTH = 256
-"""Tokens per calibration prefill."""
 MAX_TOKENS = 16_384
 """Calibration tokens used at most (the first ones of the text)."""
 MAX_STATISTICS_BYTES = 4 * 1024**3
-"""Most bytes of statistics kept in memory at once: AWQ's ``[K, K]`` float64 sums of every
-input; GPTQ's groups (:data:`GROUP_BYTES_PER_ELEMENT`), one kept while the next is measured."""
-MAX_FLOAT_MODEL_BYTES = 8 * 1024**3
-"""Largest fp32 float model calibration runs (its weights in one onnxruntime session):
-about 2 B parameters."""
-GROUP_BYTES_PER_ELEMENT = 20
-"""What one ``[K, K]`` element of a GPTQ group costs while it is measured: the float64 sum,
-then the float64 factor and the float32 ``H`` its :class:`Feedback` keeps."""
+"""Most bytes of statistics kept in memory at once: AWQ's ``[K, K]`` sums of every input;
+GPTQ takes inputs whose :func:`group_bytes` is at most half of it (two groups are kept)."""
+GROUP_BYTES = 256 * 1024**2
+"""Most bytes of statistics (:func:`group_bytes`) in one GPTQ group; a wider input is a
+group alone. Smaller groups cost nothing more (the model runs on from where the last one
+stopped), so they are kept small: two are kept at once."""
+
+
+def group_bytes(width: int) -> int:
+    """What one input of a GPTQ group costs while it is measured and kept: the float64 sum,
+    then the float64 factor and the float32 ``H`` its :class:`Feedback` keeps; for inputs
+    wider than :data:`~engine.quantize.gptq.WIDE_INPUT` the float32 sum, its float32
+    copy and factor while it is factorised."""
+    return (12 if width > WIDE_INPUT else 20) * width * width
+
+
+def sum_bytes(width: int) -> int:
+    """One input's ``[K, K]`` sum: float64, float32 where wider than ``WIDE_INPUT``."""
+    return (4 if width > WIDE_INPUT else 8) * width * width
+
+
 SAMPLE_MODULES = (
     "argparse",
     "textwrap",
@@ -148,22 +165,14 @@ def _input_widths(export_plan: ExportPlan) -> dict[tuple[str, str], int]:
 
 
 def statistics_bytes(export_plan: ExportPlan) -> int:
-    """Every input's statistics at once (what AWQ keeps): one float64 ``[K, K]`` each."""
-    return sum(8 * k * k for k in _input_widths(export_plan).values())
+    """Every input's statistics at once (what AWQ keeps): one ``[K, K]`` sum each."""
+    return sum(sum_bytes(k) for k in _input_widths(export_plan).values())
 
 
 def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
     """Everything GPTQ / AWQ can refuse, checked before any expensive work: the tokenizer,
     the calibration text, the memory its statistics take. Returns the token ids."""
     method = export_plan.options.quant_method
-    floats = sum(4 * int(np.prod(wp.weight.shape)) for wp in export_plan.decoder.weights)
-    if floats > MAX_FLOAT_MODEL_BYTES:
-        raise OptionsError(
-            f"calibration runs the checkpoint's float32 model, {floats / 2**30:.1f} GiB for "
-            f"this one, more than the {MAX_FLOAT_MODEL_BYTES / 2**30:.0f} GiB it runs (models up "
-            f"to about 2 B parameters for now); use {option('quant_method', 'rtn')} or "
-            f"{option('quant_method', 'search')}"
-        )
     need = statistics_bytes(export_plan)
     if method in AWQ_METHODS and need > MAX_STATISTICS_BYTES:
         raise OptionsError(
@@ -172,7 +181,7 @@ def prepare(model_dir: Path, export_plan: ExportPlan) -> np.ndarray:
             f"keeps; use {option('quant_method', 'gptq')} (it measures a few inputs at a time)"
         )
     widest = max(_input_widths(export_plan).values(), default=0)
-    if GROUP_BYTES_PER_ELEMENT * widest**2 > MAX_STATISTICS_BYTES // 2:
+    if group_bytes(widest) > MAX_STATISTICS_BYTES // 2:
         raise OptionsError(
             f"one linear input of this model is {widest:,} wide: its GPTQ statistics alone "
             f"take more than {MAX_STATISTICS_BYTES / 2**31:.0f} GiB; use "
@@ -202,6 +211,13 @@ class Calibration:
         if isinstance(self.feedback, StreamedFeedback):
             self.feedback.close()
 
+    def written_last(self) -> set[str]:
+        """Weights the export should write after the others: tied tables, whose feedback
+        is the LM head's input, the last thing the float model computes."""
+        if not isinstance(self.feedback, StreamedFeedback):
+            return set()
+        return self.feedback.tables
+
     def report(self, status: Callable[[str], None]) -> None:
         """Where a streamed feedback's later passes say how far they are (the export's
         progress at its current fraction)."""
@@ -211,10 +227,12 @@ class Calibration:
     def notes(self) -> list[str]:
         """The export summary's line about AWQ, if it was asked for, or about GPTQ's
         passes when it took more than one."""
-        if isinstance(self.feedback, StreamedFeedback) and self.feedback.passes > 1:
+        if isinstance(self.feedback, StreamedFeedback) and len(self.feedback.groups) > 1:
+            runs = self.feedback.run.restarts + 1
             return [
-                f"GPTQ: statistics measured {len(self.feedback.groups)} groups of inputs at a "
-                f"time, in {self.feedback.passes} passes over the calibration text"
+                f"GPTQ: statistics measured in {len(self.feedback.groups)} groups of inputs, "
+                f"layer by layer in {runs} run{'s' * (runs > 1)} of the float model over the "
+                "calibration text"
             ]
         if not self.awq:
             return []
@@ -250,39 +268,32 @@ def calibrate(
     ``awq-gptq``), then GPTQ's feedback from the inputs as scaled (``gptq``,
     ``awq-gptq``). GPTQ alone measures its first group of inputs here and the others when
     the export asks (:class:`StreamedFeedback`): :meth:`Calibration.close` when done."""
-    import onnx
-
     method = export_plan.options.quant_method
     cancel = cancel or CancelToken()
-    work = Path(tempfile.mkdtemp(prefix="es-calibrate-"))
+    progress(0.0, "calibration: the float model")
+    decoder = FloatDecoder.from_checkpoint(Path(model_dir), cancel)
+    proto = decoder.proto
+    inputs = _linear_inputs(proto)
+    tables = _looked_up(proto) & inputs.keys()
+    windows = _windows(ids, export_plan.spec.bos_token_id)
+    names = sorted(set(inputs.values()))
+    groups = _groups(export_plan, inputs, proto, computed_order(proto, names))
+    ends = [max(group, key=computed_order(proto, group).__getitem__) for group in groups]
+    run = SegmentedRun(decoder, windows, names, cancel, cuts_after=ends)
     try:
-        progress(0.0, "calibration: the float model")
-        model_file = float_model(Path(model_dir), work, cancel)
-        proto = onnx.load(str(model_file), load_external_data=False)
-        inputs = _linear_inputs(proto)
-        tables = _looked_up(proto) & inputs.keys()
-        windows = _windows(ids, export_plan.spec.bos_token_id)
-        probe = work / "float" / "calibrate.onnx"
         if method not in AWQ_METHODS:
-            streamed = StreamedFeedback(
-                proto, probe, windows, inputs, _groups(export_plan, inputs, proto), tables, cancel
-            )
+            streamed = StreamedFeedback(run, windows, inputs, groups, tables)
             streamed.measure_first(progress)
             return Calibration(streamed)
-        names = sorted(set(inputs.values()))
         folds = find_folds(proto, inputs)
-        for name in names:
-            proto.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-        onnx.save(proto, str(probe))
-        sums = _accumulate(probe, windows, names, progress, cancel)
+        sums = _accumulate(run, names, progress)
+        run.close()
         scaling: Scaling | None = None
         scaled: tuple[InputScales, ...] = ()
         searched = 0
         if folds:
             progress(0.9, "calibration: activation-aware scales")
-            scaling, scaled, searched = _awq(
-                proto, model_file.parent, export_plan, inputs, folds, sums, cancel
-            )
+            scaling, scaled, searched = _awq(decoder, export_plan, inputs, folds, sums, cancel)
             if method in GPTQ_METHODS:  # in place: a copy would double the statistics
                 for name, h in sums.items():
                     _scale_statistics(name, h, inputs, scaling)
@@ -290,10 +301,9 @@ def calibrate(
         if method in GPTQ_METHODS:
             progress(0.95, "calibration: feedback per input")
             feedback = _feedback(sums, inputs, tables, _token_count(windows))
-        shutil.rmtree(work, ignore_errors=True)
         return Calibration(feedback, scaling, scaled, searched, awq=True)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        run.close()
         raise
 
 
@@ -319,12 +329,16 @@ def _feedback(
     return feedback
 
 
-def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> list[list[str]]:
-    """The float model's inputs of the plan's quantized weights in the order the export
-    writes those weights (so that each group is measured once; a tied table, written
-    first, brings the head's input into the first group), cut into groups whose
-    statistics take at most half of :data:`MAX_STATISTICS_BYTES` each (one is kept while
-    the next is measured). A group's pass runs the model only as far as its last input."""
+def _groups(
+    export_plan: ExportPlan,
+    inputs: Mapping[str, str],
+    proto: Any,
+    position: Mapping[str, int],
+) -> list[list[str]]:
+    """The float model's inputs of the plan's quantized weights in the order the model
+    computes them (``position``: of the node that makes each; the export writes their
+    weights in that order, a tied table last: :meth:`Calibration.written_last`), cut into
+    groups whose statistics take at most :data:`GROUP_BYTES` each."""
     widths = _widths(proto, inputs)
     order: list[str] = []
     for wp in export_plan.decoder.weights:
@@ -334,50 +348,18 @@ def _groups(export_plan: ExportPlan, inputs: Mapping[str, str], proto: Any) -> l
             value = inputs.get(part.name)
             if value is not None and value not in order:
                 order.append(value)
-    budget = MAX_STATISTICS_BYTES // 2
+    order.sort(key=position.__getitem__)
+    budget = GROUP_BYTES
     groups: list[list[str]] = []
     used = budget
     for value in order:
-        cost = GROUP_BYTES_PER_ELEMENT * widths[value] ** 2
+        cost = group_bytes(widths[value])
         if used + cost > budget:
             groups.append([])
             used = 0
         groups[-1].append(value)
         used += cost
     return groups
-
-
-def _pruned(proto: Any, outputs: list[str]) -> Any:
-    """A copy of the float model ``proto`` (its weights external, left where they are)
-    that computes only ``outputs``: the nodes they depend on, nothing after them
-    (onnxruntime runs every node of a graph whatever outputs are fetched)."""
-    import onnx
-
-    graph = proto.graph
-    made = {out: index for index, node in enumerate(graph.node) for out in node.output}
-    keep: set[int] = set()
-    if any(a.type == onnx.AttributeProto.GRAPH for n in graph.node for a in n.attribute):
-        made = {}  # subgraphs read outer values unseen here: keep every node
-        keep = set(range(len(graph.node)))
-    stack = list(outputs)
-    while stack:
-        index = made.get(stack.pop())
-        if index is None or index in keep:
-            continue
-        keep.add(index)
-        stack.extend(graph.node[index].input)
-    nodes = [node for index, node in enumerate(graph.node) if index in keep]
-    used = {name for node in nodes for name in node.input}
-    pruned = onnx.helper.make_graph(
-        nodes,
-        graph.name,
-        list(graph.input),
-        [onnx.helper.make_empty_tensor_value_info(name) for name in outputs],
-        [t for t in graph.initializer if t.name in used],
-    )
-    model = onnx.helper.make_model(pruned, opset_imports=list(proto.opset_import))
-    model.ir_version = proto.ir_version
-    return model
 
 
 def _widths(proto: Any, inputs: Mapping[str, str]) -> dict[str, int]:
@@ -393,33 +375,30 @@ def _widths(proto: Any, inputs: Mapping[str, str]) -> dict[str, int]:
 
 class StreamedFeedback(Mapping[str, Feedback]):
     """GPTQ's feedback per weight name, measured a group of inputs at a time: the first
-    time a weight's feedback is asked for, its group's statistics are accumulated by one
-    pass over the calibration windows (only that group's inputs fetched), factorised and
-    kept; the latest group stays while the next is measured. Thread-safe (the writer
-    quantizes on several threads); the export asks for a group's weights together, so each
-    group is measured once (parts of up to 256 bytes, toy models' scales, stay in the model
-    file and are produced apart, which can measure a group again)."""
+    time a weight's feedback is asked for, its group's statistics are accumulated by running
+    the float model on to the group's last input (:class:`~engine.float_runner.SegmentedRun`,
+    from where the previous group stopped), factorised and kept; the latest group stays
+    while the next is measured. Thread-safe (the writer quantizes on several threads); the
+    export asks for a group's weights together and in the model's order, so each group is
+    measured once and the model runs once in all (parts of up to 256 bytes, toy models'
+    scales, stay in the model file and are produced apart, which can measure a group
+    again)."""
 
     def __init__(
         self,
-        proto: Any,
-        probe: Path,
+        run: SegmentedRun,
         windows: list[np.ndarray],
         inputs: Mapping[str, str],
         groups: list[list[str]],
         tables: set[str],
-        cancel: CancelToken,
     ) -> None:
-        """``proto``: the float model without its weights' bytes, which stay in the data
-        file beside ``probe``, the path each group's pruned model is written to (the work
-        folder above it goes with :meth:`close`)."""
         self.groups = groups
         self.passes = 0
-        """Passes over the calibration text so far (one per group measured)."""
-        self._proto, self._probe, self._windows, self._tables = proto, probe, windows, tables
-        self._cancel, self._work = cancel, probe.parent.parent
+        """Groups measured so far."""
+        self.run = run
+        self._tokens, self.tables = _token_count(windows), set(tables)
         self.status: Callable[[str], None] = lambda message: None
-        """Told how a pass measured while the export writes is going."""
+        """Told how a group measured while the export writes is going."""
         group_of = {value: index for index, group in enumerate(groups) for value in group}
         self._group = {w: group_of[v] for w, v in inputs.items() if v in group_of}
         self._inputs = dict(inputs)
@@ -439,8 +418,8 @@ class StreamedFeedback(Mapping[str, Feedback]):
 
                 def say(fraction: float, message: str) -> None:
                     self.status(
-                        f"calibration pass {self.passes + 1} (group {index + 1} of "
-                        f"{len(self.groups)}): {message.removeprefix('calibration: ')} windows"
+                        f"calibration, group {index + 1} of {len(self.groups)}: "
+                        + message.removeprefix("calibration: ")
                     )
 
                 self._measure(index, say)
@@ -453,27 +432,22 @@ class StreamedFeedback(Mapping[str, Feedback]):
         return len(self._group)
 
     def _measure(self, index: int, progress: Progress) -> None:
-        import onnx
-
         while len(self._kept) > 1:  # the oldest goes first (dicts keep insertion order)
             del self._kept[next(iter(self._kept))]
-        names = self.groups[index]
-        onnx.save(_pruned(self._proto, names), str(self._probe))
-        sums = _accumulate(self._probe, self._windows, names, progress, self._cancel)
+        sums = _accumulate(self.run, self.groups[index], progress)
         inputs = {w: v for w, v in self._inputs.items() if v in sums}
-        self._kept[index] = _feedback(sums, inputs, self._tables, _token_count(self._windows))
+        self._kept[index] = _feedback(sums, inputs, self.tables, self._tokens)
         del sums
         self.passes += 1
 
     def close(self) -> None:
-        """Drop what is kept and remove the float model."""
+        """Drop what is kept and the float model's work folder."""
         self._kept.clear()
-        shutil.rmtree(self._work, ignore_errors=True)
+        self.run.close()
 
 
 def _awq(
-    proto: Any,
-    folder: Path,
+    decoder: FloatDecoder,
     export_plan: ExportPlan,
     inputs: Mapping[str, str],
     folds: Mapping[str, Fold],
@@ -483,15 +457,13 @@ def _awq(
     """Search each foldable input's scales on the float model's own weights, for the bits
     and block size the package quantizes its linears with; inputs whose linears (or whose
     fold target) the package does not hold under the same names keep ``s = 1``."""
-    from onnx import numpy_helper
-
+    proto = decoder.proto
     planned = {
         part.name: wp
         for wp in export_plan.decoder.weights
         if not wp.shares
         for part in (wp.weight.parts or (wp.weight,))
     }
-    tensors = {t.name: t for t in proto.graph.initializer}
     # a head's W @ x^T holds W as the checkpoint does ([out, in]); x @ W^T holds [in, out]
     as_stored = {n.input[0] for n in proto.graph.node if n.op_type == "MatMul"}
     scaling = Scaling()
@@ -506,8 +478,7 @@ def _awq(
             continue
         weights = []
         for name in linears:
-            # read from the data file without keeping its bytes in the proto
-            array = numpy_helper.to_array(tensors[name], base_dir=str(folder))
+            array = decoder.weight(name)
             weights.append(array if name in as_stored else array.T)
         searched += 1
         bits = min(p.bits or 8 for p in quantized)
@@ -540,34 +511,13 @@ def _scale_statistics(
 
 
 def float_model(model_dir: Path, work: Path, cancel: CancelToken) -> Path:
-    """The checkpoint's text decoder as an fp32 CPU package under ``work`` (standard
-    attention, a :data:`SEQUENCE_LENGTH` context), the model calibration and the
-    sensitivity measurement run; returns its model file."""
-    from engine.options import ExportOptions
+    """The checkpoint's float decoder (:data:`~engine.float_runner.FLOAT_OPTIONS`) written
+    as a CPU package under ``work``, for what runs it whole (the sensitivity measurement);
+    returns its model file."""
     from engine.pipeline import export
 
-    options = ExportOptions(
-        ep="cpu",
-        dtype="fp32",
-        attention="standard",
-        modalities=("text",),
-        max_length=SEQUENCE_LENGTH,
-    )
-    result = export(work / "float", model_dir=model_dir, options=options, cancel=cancel)
+    result = export(work / "float", model_dir=model_dir, options=FLOAT_OPTIONS, cancel=cancel)
     return work / "float" / result.plan.decoder.filename
-
-
-def prefill_feeds(inputs: Mapping[str, Any], seq: np.ndarray) -> dict[str, np.ndarray]:
-    """One prefill of the float model (``inputs``: its session's inputs by name): the
-    tokens, a mask of ones and empty fp32 past keys and values."""
-    feeds: dict[str, np.ndarray] = {
-        "input_ids": np.asarray(seq, dtype=np.int64)[None],
-        "attention_mask": np.ones((1, len(seq)), np.int64),
-    }
-    for name, info in inputs.items():
-        if name.startswith("past_key_values"):
-            feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), np.float32)
-    return feeds
 
 
 def _windows(ids: np.ndarray, bos: int | None) -> list[np.ndarray]:
@@ -611,36 +561,37 @@ def _looked_up(proto: Any) -> set[str]:
     return {node.input[0] for node in proto.graph.node if node.op_type == "Gather"}
 
 
-def _accumulate(
-    model: Path,
-    windows: list[np.ndarray],
-    names: list[str],
-    progress: Progress,
-    cancel: CancelToken,
-) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
+GRAM_TOKENS = 2048
+"""Tokens whose ``x^T x`` is one product (eight windows): a 256-token window's is a third
+slower per token on this project's 2-core machine, and fewer products mean fewer passes
+over a wide input's ``[K, K]`` sum."""
 
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    try:
-        inputs = {i.name: i for i in session.get_inputs()}
-        sums: dict[str, np.ndarray] = {}
-        for index, seq in enumerate(windows):
-            cancel.raise_if_cancelled()
-            feeds = prefill_feeds(inputs, seq)
-            for name, value in zip(names, session.run(names, feeds), strict=True):
-                # One window's x^T x in float32 (its few hundred tokens lose nothing
-                # there; half the time of float64), summed over windows in float64.
-                x = np.asarray(value, dtype=np.float32).reshape(-1, value.shape[-1])
-                gram = x.T @ x
-                if name in sums:
-                    sums[name] += gram
-                else:
-                    sums[name] = gram.astype(np.float64)
-            done = index + 1
-            progress(0.1 + 0.8 * done / len(windows), f"calibration: {done}/{len(windows)}")
-        return sums
-    finally:
-        del session  # before the temp folder goes (Windows cannot delete open files)
+
+def _accumulate(run: SegmentedRun, names: list[str], progress: Progress) -> dict[str, np.ndarray]:
+    """``H = sum x x^T`` of each input in ``names`` over every calibration window."""
+    sums: dict[str, np.ndarray] = {}
+    pending: dict[str, list[np.ndarray]] = {}
+
+    def flush(name: str) -> None:
+        # x^T x in float32 (a few thousand tokens lose nothing there; half the time of
+        # float64), summed over batches in float64 (float32 for wide inputs).
+        x = np.concatenate(pending.pop(name))
+        gram = x.T @ x
+        if name in sums:
+            sums[name] += gram
+        else:
+            sums[name] = gram if x.shape[1] > WIDE_INPUT else gram.astype(np.float64)
+
+    def add(name: str, value: np.ndarray) -> None:
+        batch = pending.setdefault(name, [])
+        batch.append(np.asarray(value, dtype=np.float32).reshape(-1, value.shape[-1]))
+        if sum(len(x) for x in batch) >= GRAM_TOKENS:
+            flush(name)
+
+    run.measure(names, add, lambda f, m: progress(0.1 + 0.8 * f, m))
+    for name in list(pending):
+        flush(name)
+    return sums
 
 
 def describe(

@@ -183,8 +183,16 @@ def export(
             progress(0.05 + 0.9 * min(written / total, 1.0), f"writing {tensor.name}")
             cancel.raise_if_cancelled()
 
+        last: set[str] = set()
         if calibration is not None:  # a pass measured while writing says so, in place
             calibration.report(lambda message: progress(0.05 + 0.9 * written / total, message))
+            # by the plan's names of the weights whose float-model name calibration gave
+            tied = calibration.written_last()
+            last = {
+                wp.name
+                for wp in export_plan.decoder.weights
+                if (wp.weight.parts or (wp.weight,))[0].name in tied
+            }
 
         with staging_folder(out, overwrite) as staging:
             for session in built:
@@ -197,6 +205,7 @@ def export(
                     filename + DATA_FILE_SUFFIX,
                     on_written=on_written,
                     max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
+                    last=last,
                 )
                 cancel.raise_if_cancelled()
             progress(0.96, "writing genai_config.json")

@@ -501,7 +501,7 @@ def _round_trip(values: np.ndarray, wp: WeightPlan, method: str, *, transposed: 
 
 def _run(session: Any, windows: list[np.ndarray]) -> list[np.ndarray]:
     """Log-probabilities [S, V] of every position of each window, one prefill each."""
-    from engine.calibration import prefill_feeds
+    from engine.float_runner import prefill_feeds
     from engine.runtime.quality import log_softmax
 
     inputs = {i.name: i for i in session.get_inputs()}

@@ -21,7 +21,7 @@ same bytes): :data:`TABLE_LOOKUP`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -113,21 +113,59 @@ class Feedback:
         """``hessian``: ``[cols, cols]`` sum of ``x x^T`` over the calibration inputs (any
         positive scale), ``tokens`` of them (:func:`damping`). ``lookup``: the weight of
         the weights' own squared error beside the output error, as a fraction of ``H``'s
-        mean diagonal (:data:`TABLE_LOOKUP` for a table that is also looked up)."""
-        h = np.array(hessian, dtype=np.float64)
-        cols = h.shape[0]
+        mean diagonal (:data:`TABLE_LOOKUP` for a table that is also looked up). Inputs
+        wider than :data:`WIDE_INPUT` are factorised in float32 and get no scale refit."""
+        cols = hessian.shape[0]
+        wide = cols > WIDE_INPUT
+        h: np.ndarray = np.array(hessian, dtype=np.float32 if wide else np.float64)
         dead = np.diag(h) <= 0  # inputs that were always 0: nothing to preserve there
         h[dead, dead] = 1.0
         damped = damping(cols, tokens)
         h[np.diag_indices(cols)] += (damped + lookup) * float(np.mean(np.diag(h)))
-        kept = h.astype(np.float32) if REFIT_STEPS else None
-        order = None
-        if act_order:
-            order = np.argsort(-np.diag(h), kind="stable")
-            h = h[np.ix_(order, order)]
-        inverse = np.linalg.inv(np.linalg.cholesky(h))
-        factor = np.linalg.cholesky(inverse.T @ inverse).T
+        kept = h.astype(np.float32) if REFIT_STEPS and not wide else None
+        order = np.argsort(-np.diag(h), kind="stable") if act_order else None
+        factor = _upper_factor_of_inverse(h if order is None else h[np.ix_(order, order)])
         return cls(factor, dead, order, kept, damping=damped, tokens=tokens)
+
+    def stripped(self) -> Feedback:
+        """This record without its arrays: what the export's summary reads (damping,
+        tokens, source) and nothing that holds memory."""
+        empty = np.zeros((0, 0), dtype=np.float32)
+        return replace(self, factor=empty, dead=np.zeros(0, bool), order=None, hessian=None)
+
+
+WIDE_INPUT = 4096
+"""Inputs wider than this (Gemma 4 E2B's 6,144 and 12,288-wide MLP outputs) keep their
+factor in float32, as GPTQ's reference implementation does, and no ``H`` for the scale
+refit: in float64 a 12,288-wide input's statistics, factor and ``H`` take 3 GB."""
+
+
+def _upper_factor_of_inverse(h: np.ndarray) -> np.ndarray:
+    """The upper triangular ``U`` with ``U^T U = H^-1``, from one Cholesky factorisation
+    and one triangular inverse: with ``J`` the reversal, ``chol(J H J) = L`` gives
+    ``H^-1 = J L^-T L^-1 J``, so ``U = J L^-1 J`` (the reversed inverse is upper
+    triangular). ``h`` may be overwritten."""
+    lower = np.linalg.cholesky(h[::-1, ::-1])
+    del h
+    _invert_lower(lower)
+    return np.ascontiguousarray(lower[::-1, ::-1])
+
+
+_INVERT_BLOCK = 256
+"""Triangular inverses this small are one LAPACK inverse."""
+
+
+def _invert_lower(lower: np.ndarray) -> None:
+    """Invert a lower triangular matrix in place, by halves: ``[[A, 0], [B, C]]^-1`` is
+    ``[[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` (matrix products, so at BLAS speed)."""
+    n = lower.shape[0]
+    if n <= _INVERT_BLOCK:
+        lower[...] = np.tril(np.linalg.inv(lower))
+        return
+    k = n // 2
+    _invert_lower(lower[:k, :k])
+    _invert_lower(lower[k:, k:])
+    lower[k:, :k] = -(lower[k:, k:] @ lower[k:, :k]) @ lower[:k, :k]
 
 
 def gptq_quantize(
@@ -155,7 +193,8 @@ def gptq_quantize(
     factor = feedback.factor
     if factor.shape != (cols, cols):
         raise OptionsError(f"{name}: calibration statistics are {factor.shape}, need {cols}^2")
-    w = np.array(weight, dtype=np.float64)
+    # float64, or float32 with a wide input's float32 factor (GPTQ's reference precision)
+    w = np.array(weight, dtype=np.promote_types(factor.dtype, np.float32))
     w[:, feedback.dead] = 0.0
     if feedback.order is not None:
         codes, scales, zero_points = _act_order(
@@ -194,7 +233,7 @@ def _natural(
         )
         scales[:, b], zero_points[:, b] = scale, zp
         inv, zf, sf = reciprocal(scale), zp.astype(np.float32), as_float32(scale)
-        errors = np.empty((rows, block_size))
+        errors = np.empty((rows, block_size), dtype=w.dtype)
         for i in range(first, last):
             codes[:, i], errors[:, i - first] = _column(w, i, last, factor, inv, zf, sf, bits)
         w[:, last:] -= errors @ factor[first:last, last:]
@@ -221,7 +260,12 @@ def _column(
 
 
 _LAZY = 128
-"""Columns whose error feedback is applied together to the rest (GPTQ's lazy batch)."""
+"""Columns whose error feedback is applied together to the rest of their span (GPTQ's
+lazy batch)."""
+_SPAN = 1024
+"""Columns whose errors reach the columns after them together: one product per span
+instead of one pass over the whole weight per lazy batch: the same products in larger
+pieces (682 rows of a 12,288-wide input: 6.7 s -> 3.4 s on this project's 2 cores)."""
 
 
 def _act_order(
@@ -251,15 +295,19 @@ def _act_order(
     block_of = order // block_size  # the block of each column, in quantization order
     wp = w[:, order]
     codes = np.empty((rows, cols), dtype=np.uint8)
-    for first in range(0, cols, _LAZY):
-        last = min(first + _LAZY, cols)
-        errors = np.empty((rows, last - first))
-        for i in range(first, last):
-            b = block_of[i]
-            codes[:, order[i]], errors[:, i - first] = _column(
-                wp, i, last, factor, inv[:, b], zf[:, b], sf[:, b], bits
-            )
-        wp[:, last:] -= errors @ factor[first:last, last:]
+    for top in range(0, cols, _SPAN):
+        end = min(top + _SPAN, cols)
+        span = np.empty((rows, end - top), dtype=w.dtype)  # the span's errors
+        for first in range(top, end, _LAZY):
+            last = min(first + _LAZY, end)
+            errors = span[:, first - top : last - top]
+            for i in range(first, last):
+                b = block_of[i]
+                codes[:, order[i]], errors[:, i - first] = _column(
+                    wp, i, last, factor, inv[:, b], zf[:, b], sf[:, b], bits
+                )
+            wp[:, last:end] -= errors @ factor[first:last, last:end]
+        wp[:, end:] -= span @ factor[top:end, end:]
     return codes, scales, zero_points
 
 

@@ -115,7 +115,8 @@ class TensorFactory:
         """Weights GPTQ quantized (the rest of a calibrated export: round to nearest)."""
         self.gptq_inputs: dict[str | int, Feedback] = {}
         """The distinct inputs those weights were calibrated on (by their Feedback's source,
-        or its ``id`` where it has none)."""
+        or its ``id`` where it has none), without their arrays (:meth:`Feedback.stripped`:
+        a large model's factors would add up to GBs)."""
 
     def lazy(self, weight: WeightPlan, piece: Piece, tensor: PlannedTensor) -> PieceTensor:
         """An initializer whose bytes are produced only when written."""
@@ -177,9 +178,10 @@ class TensorFactory:
             yield {"weight": data.astype(target).reshape(())}
             return
         rows_read = 0
+        feedback: list[Feedback | None] = []  # looked up once a piece (it may be measured)
         for rows in self._source_rows(weight, piece):
             if weight.quantized:
-                yield self._quantize(weight, rows)
+                yield self._quantize(weight, rows, feedback)
             else:
                 # Quantized weights are not checked: their scales, not their values, must
                 # fit the dtype (as before the chunked writer).
@@ -273,21 +275,26 @@ class TensorFactory:
             return None
         return found
 
-    def _quantize(self, weight: WeightPlan, rows: np.ndarray) -> Chunk:
+    def _quantize(
+        self, weight: WeightPlan, rows: np.ndarray, found: list[Feedback | None]
+    ) -> Chunk:
         """Quantize whole rows: blocks run along a row, so chunks quantize independently
-        and their parts' bytes follow each other in the planned tensors."""
+        and their parts' bytes follow each other in the planned tensors. ``found``: the
+        piece's GPTQ feedback once looked up (empty before its first chunk)."""
         from engine.quantize import quantize
 
         assert weight.bits is not None and weight.block_size is not None
         # Blocks run along the last axis; leading axes (the experts of a [E, N, K] tensor)
         # are rows like the others, so a 3-D chunk is quantized as [E * N, K].
         cols = rows.shape[-1]
-        feedback = self._feedback(weight, cols)
+        if not found:
+            found.append(self._feedback(weight, cols))
+        feedback = found[0]
         if feedback is not None:
             from engine.quantize.gptq import gptq_quantize
 
             self.gptq_applied.add(weight.name)
-            self.gptq_inputs[feedback.source or id(feedback)] = feedback
+            self.gptq_inputs[feedback.source or id(feedback)] = feedback.stripped()
             blocks = gptq_quantize(
                 rows.reshape(-1, cols),
                 feedback,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -48,9 +48,12 @@ def save(
     *,
     on_written: Written | None = None,
     max_workers: int = 1,
+    last: Collection[str] = (),
 ) -> None:
     """Save ``model`` to ``path`` with every initializer over
-    :data:`SIZE_THRESHOLD_BYTES` in ``data_name`` beside it, streamed.
+    :data:`SIZE_THRESHOLD_BYTES` in ``data_name`` beside it, streamed; the pieces of the
+    planned weights ``last`` names are produced after every other tensor (their place in
+    the data file is the same).
 
     The model is left as it was. The data file is always created (empty when nothing is
     external), like ``onnx_ir.save`` does.
@@ -60,7 +63,7 @@ def save(
     slots = _layout(model)
     with open(data_path, "wb") as f:
         f.truncate(sum(s.length for s in slots))
-    _Writer(data_path, on_written).run(_jobs(slots), max_workers)
+    _Writer(data_path, on_written).run(_jobs(slots, last), max_workers)
     originals = [(s.value, s.tensor) for s in slots]
     try:
         for slot in slots:
@@ -93,13 +96,19 @@ def _layout(model: ir.Model) -> list[_Slot]:
     return slots
 
 
-def _jobs(slots: list[_Slot]) -> list[list[_Slot]]:
-    """Slots written together: the parts of one planned piece, or one other tensor."""
+def _jobs(slots: list[_Slot], last: Collection[str] = ()) -> list[list[_Slot]]:
+    """Slots written together: the parts of one planned piece, or one other tensor; those
+    of the weights ``last`` names at the end."""
     jobs: dict[object, list[_Slot]] = {}
     for slot in slots:
         key = slot.tensor.group if isinstance(slot.tensor, PieceTensor) else id(slot)
         jobs.setdefault(key, []).append(slot)
-    return list(jobs.values())
+
+    def deferred(job: list[_Slot]) -> bool:
+        tensor = job[0].tensor
+        return isinstance(tensor, PieceTensor) and tensor.weight.name in last
+
+    return sorted(jobs.values(), key=deferred)
 
 
 class _Stopped(Exception):

@@ -281,6 +281,37 @@ def test_the_summary_says_the_damping_and_when_more_text_would_help():
     assert f"{MAX_TOKENS:,} calibration tokens, damping 0.01" in full
     assert "longer calibration text" not in full
     assert "calibration tokens" not in describe({"a"}, [Feedback.from_hessian(x.T @ x)])
+    # what the export keeps for this note holds no arrays (E2B's factors add up to GBs)
+    kept = replace(feedback(64, 512), source="x").stripped()
+    assert (kept.source, kept.tokens, kept.damping) == ("x", 512, feedback(64, 512).damping)
+    assert kept.factor.size == kept.dead.size == 0 and kept.hessian is None
+    assert describe({"a", "b"}, [feedback(16, 512).stripped(), kept]) == short
+
+
+def test_the_factor_of_the_inverse_is_the_textbook_one_and_wide_inputs_take_float32(
+    monkeypatch,
+):
+    """One Cholesky factorisation and one triangular inverse give the upper factor of
+    ``H^-1`` the direct way does (inverse, then its Cholesky) to rounding; inputs wider
+    than WIDE_INPUT keep it in float32 (and no H for the refit)."""
+    rng = np.random.default_rng(3)
+    for cols in (40, 700):
+        x = rng.standard_normal((2 * cols, cols)) * np.exp(rng.standard_normal(cols))
+        h = x.T @ x + 0.01 * np.eye(cols) * np.mean(np.diag(x.T @ x))
+        inverse = np.linalg.inv(np.linalg.cholesky(h))
+        direct = np.linalg.cholesky(inverse.T @ inverse).T
+        ours = gptq._upper_factor_of_inverse(h.copy())
+        assert np.abs(ours - direct).max() <= 1e-12 * np.abs(direct).max()
+        assert np.array_equal(ours, np.triu(ours))
+    wide = rng.standard_normal((600, 300))
+    small = Feedback.from_hessian(wide.T @ wide, act_order=True)
+    monkeypatch.setattr(gptq, "WIDE_INPUT", 200)
+    big = Feedback.from_hessian(wide.T @ wide, act_order=True)
+    assert small.factor.dtype == np.float64 and small.hessian is not None
+    assert big.factor.dtype == np.float32 and big.hessian is None
+    np.testing.assert_allclose(
+        big.factor, small.factor, rtol=0, atol=1e-5 * np.abs(small.factor).max()
+    )
 
 
 def test_calibration_damps_by_the_tokens_it_measured(qwen2, monkeypatch):
@@ -313,10 +344,10 @@ def test_calibration_damps_by_the_tokens_it_measured(qwen2, monkeypatch):
 
 
 def test_statistics_measured_a_few_inputs_at_a_time_give_the_same_package(tmp_path, monkeypatch):
-    """GPTQ alone measures its inputs in groups, a pass over the calibration text each,
-    in the order the export writes their weights: with room for only a few inputs at a
-    time the package is byte for byte the one measured in one pass, each group measured
-    once, and the float model is gone afterwards."""
+    """GPTQ alone measures its inputs in groups, in the order the float model computes
+    them and the export writes their weights (a tied table last): with room for only a
+    few inputs at a time the package is byte for byte the one measured in one group, each
+    group measured once in one run of the model, and its work folder is gone afterwards."""
     import tempfile
 
     import engine.calibration as calibration
@@ -334,9 +365,16 @@ def test_statistics_measured_a_few_inputs_at_a_time_give_the_same_package(tmp_pa
     )
     options = ExportOptions(weight_bits=4, embedding_bits=4, block_size=16, quant_method="gptq")
     whole = export(tmp_path / "whole", model_dir=checkpoint, options=options)
-    assert not any("passes over" in note for note in whole.notes), whole.notes
-    monkeypatch.setattr(calibration, "MAX_STATISTICS_BYTES", 2 * 1_000_000)  # ~2 inputs each
-    before = set(Path(tempfile.gettempdir()).glob("es-calibrate-*"))
+    assert not any("groups of inputs" in note for note in whole.notes), whole.notes
+    monkeypatch.setattr(calibration, "GROUP_BYTES", 1_000_000)  # ~2 inputs each
+    before = set(Path(tempfile.gettempdir()).glob("es-float-run-*"))
+    measured: list[int] = []
+    measure = calibration.StreamedFeedback._measure
+    monkeypatch.setattr(
+        calibration.StreamedFeedback,
+        "_measure",
+        lambda self, index, progress: (measured.append(index), measure(self, index, progress)),
+    )
     messages: list[str] = []
     streamed = export(
         tmp_path / "streamed",
@@ -344,11 +382,12 @@ def test_statistics_measured_a_few_inputs_at_a_time_give_the_same_package(tmp_pa
         options=options,
         progress=lambda _, message: messages.append(message),
     )
-    assert any(m.startswith("calibration pass 2 (group ") for m in messages), messages[:40]
-    assert set(Path(tempfile.gettempdir()).glob("es-calibrate-*")) == before
-    (note,) = [n for n in streamed.notes if "passes over" in n]
-    groups, passes = (int(w) for w in note.split() if w.isdigit())
-    assert groups == passes > 3, note
+    assert any(m.startswith("calibration, group 2 of ") for m in messages), messages[:40]
+    assert set(Path(tempfile.gettempdir()).glob("es-float-run-*")) == before
+    (note,) = [n for n in streamed.notes if "groups of inputs" in n]
+    groups, runs = (int(w) for w in note.split() if w.isdigit())
+    assert groups > 3 and runs == 1, note
+    assert measured == list(range(groups)), measured
     for name in ("model.onnx", "model.onnx.data"):
         assert (tmp_path / "whole" / name).read_bytes() == (
             tmp_path / "streamed" / name
@@ -442,55 +481,25 @@ def test_fused_projections_of_the_webgpu_lowering_are_calibrated_too(qwen2, tmp_
     assert all(not np.array_equal(gptq_codes[k], rtn_codes[k]) for k in gptq_codes)
 
 
-def test_what_calibration_cannot_do_is_refused_before_the_float_export(tmp_path: Path):
-    """From the plan, in one line, before any float model is exported: a float model over
-    what calibration runs (Gemma 4 E2B's ~20 GB), AWQ over the statistics it keeps at once
-    (Gemma 3 1B); GPTQ streams that model's statistics, so it gets as far as the missing
-    tokenizer. Calibration windows start with BOS."""
+def test_what_calibration_cannot_do_is_refused_before_the_float_model_runs(tmp_path: Path):
+    """From the plan, in one line, before the float model runs: AWQ over the statistics it
+    keeps at once (Gemma 3 1B), GPTQ over an input whose statistics alone take more than
+    half of what calibration keeps (Llama 3.1 8B's 14,336-wide MLP output); Gemma 4 E2B
+    (12,288 wide, its float model ~20 GB: run a few layers at a time) and Gemma 3 1B get as
+    far as the missing tokenizer. Calibration windows start with BOS."""
     from engine.calibration import MAX_STATISTICS_BYTES, _windows, prepare, statistics_bytes
     from engine.plan import plan
     from engine.presets import load_preset
 
     gptq = ExportOptions(weight_bits=4, quant_method="gptq")
-    with pytest.raises(OptionsError, match=r"float32 model, \d+\.\d GiB"):
-        prepare(tmp_path, plan(load_preset("gemma4-e2b"), gptq))
+    with pytest.raises(OptionsError, match="14,336 wide"):
+        prepare(tmp_path, plan(load_preset("llama3.1-8b"), gptq))
     one_b = plan(load_preset("gemma3-1b"), gptq)
     assert statistics_bytes(one_b) > MAX_STATISTICS_BYTES
     with pytest.raises(OptionsError, match="AWQ searches on every linear input"):
         prepare(tmp_path, plan(load_preset("gemma3-1b"), replace(gptq, quant_method="awq")))
-    with pytest.raises(OptionsError, match="lacks"):
-        prepare(tmp_path, one_b)  # no checkpoint there: past the sizes, the tokenizer
+    for name in ("gemma3-1b", "gemma4-e2b"):
+        with pytest.raises(OptionsError, match="lacks"):
+            prepare(tmp_path, plan(load_preset(name), gptq))  # past the sizes: the tokenizer
     windows = _windows(np.arange(10, 1000), bos=2)
     assert all(w[0] == 2 and len(w) == 256 for w in windows) and len(windows) == 3
-
-
-def test_a_groups_pass_runs_the_model_only_as_far_as_its_inputs():
-    """Each group's pass runs a copy of the float model cut after its last input
-    (onnxruntime runs every node whatever is fetched): the cut keeps exactly the nodes the
-    outputs depend on and the initializers they read, and computes the same values."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    from engine.calibration import _pruned
-
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.random((8, 8), np.float32), f"w{i}") for i in range(3)]
-    nodes = [helper.make_node("Relu", ["x"], ["a"])]
-    nodes += [
-        helper.make_node("MatMul", [p, f"w{i}"], [o])
-        for i, (p, o) in enumerate([("a", "b"), ("b", "c"), ("c", "d")])
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("d", TensorProto.FLOAT, None)],
-        weights,
-    )
-    full = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    cut = _pruned(full, ["b"])
-    assert [n.op_type for n in cut.graph.node] == ["Relu", "MatMul"]
-    assert [t.name for t in cut.graph.initializer] == ["w0"]
-    x = rng.random((2, 8), np.float32)
-    (b,) = ort.InferenceSession(cut.SerializeToString()).run(["b"], {"x": x})
-    np.testing.assert_allclose(b, np.maximum(x, 0) @ numpy_helper.to_array(weights[0]), rtol=1e-6)
