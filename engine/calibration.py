@@ -403,6 +403,8 @@ class StreamedFeedback(Mapping[str, Feedback]):
         self._group = {w: group_of[v] for w, v in inputs.items() if v in group_of}
         self._inputs = dict(inputs)
         self._kept: dict[int, dict[str, Feedback]] = {}
+        self._next = 0
+        """The first group not measured yet."""
         self._lock = threading.Lock()
 
     def measure_first(self, progress: Progress) -> None:
@@ -432,13 +434,20 @@ class StreamedFeedback(Mapping[str, Feedback]):
         return len(self._group)
 
     def _measure(self, index: int, progress: Progress) -> None:
-        while len(self._kept) > 1:  # the oldest goes first (dicts keep insertion order)
-            del self._kept[next(iter(self._kept))]
-        sums = _accumulate(self.run, self.groups[index], progress)
-        inputs = {w: v for w, v in self._inputs.items() if v in sums}
-        self._kept[index] = _feedback(sums, inputs, self.tables, self._tokens)
-        del sums
-        self.passes += 1
+        """Measure group ``index``, and the groups before it not measured yet on the way
+        (a writer thread can ask for a later group first: the run would pass theirs)."""
+        first = self._next if index >= self._next else index
+        for kept in [i for i in self._kept if i < index - 1]:  # behind every writer
+            del self._kept[kept]
+        names = [name for i in range(first, index + 1) for name in self.groups[i]]
+        sums = _accumulate(self.run, names, progress)
+        for i in range(first, index + 1):
+            group = {name: sums.pop(name) for name in self.groups[i]}
+            inputs = {w: v for w, v in self._inputs.items() if v in group}
+            self._kept[i] = _feedback(group, inputs, self.tables, self._tokens)
+            del group
+        self._next = max(self._next, index + 1)
+        self.passes += index + 1 - first
 
     def close(self) -> None:
         """Drop what is kept and the float model's work folder."""

@@ -394,6 +394,41 @@ def test_statistics_measured_a_few_inputs_at_a_time_give_the_same_package(tmp_pa
         ).read_bytes()
 
 
+def test_groups_asked_for_out_of_order_are_measured_in_one_run(qwen2, monkeypatch):
+    """Writer threads can ask for a later group first: the groups before it are measured
+    on the way (the run never starts again), with the same statistics as in order."""
+    import engine.calibration as calibration
+    from engine.models import load_spec
+    from engine.plan import plan
+
+    root, _, _ = qwen2
+    monkeypatch.setattr(calibration, "GROUP_BYTES", 100_000)
+    options = ExportOptions(weight_bits=4, embedding_bits=4, block_size=16, quant_method="gptq")
+    export_plan = plan(load_spec(root / "checkpoint"), options)
+    ids = calibration.prepare(root / "checkpoint", export_plan)
+
+    def weights_by_group(feedback) -> list[list[str]]:
+        out: list[list[str]] = [[] for _ in feedback.groups]
+        for weight, index in feedback._group.items():
+            out[index].append(weight)
+        return out
+
+    in_order = calibration.calibrate(root / "checkpoint", ids, export_plan)
+    shuffled = calibration.calibrate(root / "checkpoint", ids, export_plan)
+    try:
+        streamed = shuffled.feedback
+        assert isinstance(streamed, calibration.StreamedFeedback) and len(streamed.groups) > 4
+        groups = weights_by_group(streamed)
+        asked = [groups[3][0], groups[1][0], groups[2][0], groups[4][0]]
+        factors = {w: streamed[w].factor for w in asked}
+        assert streamed.run.restarts == 0 and streamed.passes == 5
+        for weight in asked:
+            np.testing.assert_array_equal(factors[weight], in_order.feedback[weight].factor)
+    finally:
+        in_order.close()
+        shuffled.close()
+
+
 def test_gptq_takes_the_users_calibration_text(qwen2, tmp_path):
     root, _, _ = qwen2
     text = tmp_path / "calibration.txt"
