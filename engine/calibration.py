@@ -218,6 +218,12 @@ class Calibration:
             return set()
         return self.feedback.tables
 
+    def writers(self, threads: int) -> None:
+        """The export writes with ``threads`` threads: a streamed feedback keeps that many
+        groups (one thread asks for the next group only when it is done with the last)."""
+        if isinstance(self.feedback, StreamedFeedback):
+            self.feedback.behind = max(0, threads - 1)
+
     def report(self, status: Callable[[str], None]) -> None:
         """Where a streamed feedback's later passes say how far they are (the export's
         progress at its current fraction)."""
@@ -308,25 +314,28 @@ def calibrate(
 
 
 def _feedback(
-    sums: Mapping[str, np.ndarray], inputs: Mapping[str, str], tables: set[str], tokens: int
+    sums: dict[str, np.ndarray], inputs: Mapping[str, str], tables: set[str], tokens: int
 ) -> dict[str, Feedback]:
     """GPTQ's feedback of every weight whose input is in ``sums`` (one factorisation per
     input; ``tokens``: the calibration tokens they were summed over); a tied head's table
-    (in ``tables``) with its lookup term."""
-    read = {value for w, value in inputs.items() if w not in tables}  # by a linear
-    per_input = {
-        name: replace(Feedback.from_hessian(h, act_order=True, tokens=tokens), source=name)
-        for name, h in sums.items()
-        if name in read
-    }
-    feedback = {w: per_input[value] for w, value in inputs.items() if value in per_input}
-    for table in tables & inputs.keys():
+    (in ``tables``) with its lookup term. ``sums`` is emptied as it goes: each sum's
+    memory is its factorisation's."""
+    looked: dict[str, Feedback] = {}
+    for table in tables & inputs.keys():  # first: the head's factorisation takes the sum
         if inputs[table] in sums:
             looked_up = Feedback.from_hessian(
                 sums[inputs[table]], act_order=True, lookup=TABLE_LOOKUP, tokens=tokens
             )
-            feedback[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
-    return feedback
+            looked[table] = replace(looked_up, source=f"{inputs[table]} (looked up)")
+    read = {value for w, value in inputs.items() if w not in tables}  # by a linear
+    per_input = {}
+    for name in list(sums):
+        h = sums.pop(name)
+        if name in read:
+            made = Feedback.from_hessian(h, act_order=True, tokens=tokens, overwrite=True)
+            per_input[name] = replace(made, source=name)
+        del h
+    return {**{w: per_input[v] for w, v in inputs.items() if v in per_input}, **looked}
 
 
 def _groups(
@@ -405,6 +414,10 @@ class StreamedFeedback(Mapping[str, Feedback]):
         self._kept: dict[int, dict[str, Feedback]] = {}
         self._next = 0
         """The first group not measured yet."""
+        self.behind = 1
+        """Groups kept before the one measured last: one per writer thread but the one that
+        asked (:meth:`Calibration.writers`); a group asked for again once dropped is
+        measured again, from the model's start."""
         self._lock = threading.Lock()
 
     def measure_first(self, progress: Progress) -> None:
@@ -437,7 +450,7 @@ class StreamedFeedback(Mapping[str, Feedback]):
         """Measure group ``index``, and the groups before it not measured yet on the way
         (a writer thread can ask for a later group first: the run would pass theirs)."""
         first = self._next if index >= self._next else index
-        for kept in [i for i in self._kept if i < index - 1]:  # behind every writer
+        for kept in [i for i in self._kept if i < index - self.behind]:  # every writer is past
             del self._kept[kept]
         names = [name for i in range(first, index + 1) for name in self.groups[i]]
         sums = _accumulate(self.run, names, progress)
@@ -445,7 +458,6 @@ class StreamedFeedback(Mapping[str, Feedback]):
             group = {name: sums.pop(name) for name in self.groups[i]}
             inputs = {w: v for w, v in self._inputs.items() if v in group}
             self._kept[i] = _feedback(group, inputs, self.tables, self._tokens)
-            del group
         self._next = max(self._next, index + 1)
         self.passes += index + 1 - first
 

@@ -184,7 +184,10 @@ def export(
             cancel.raise_if_cancelled()
 
         last: set[str] = set()
+        # One core is left to the rest of the machine (the app's UI thread starved on 2).
+        writers = max(1, min(4, (os.cpu_count() or 1) - 1))
         if calibration is not None:  # a pass measured while writing says so, in place
+            calibration.writers(writers)
             calibration.report(lambda message: progress(0.05 + 0.9 * written / total, message))
             # by the plan's names of the weights whose float-model name calibration gave
             tied = calibration.written_last()
@@ -197,14 +200,13 @@ def export(
         with staging_folder(out, overwrite) as staging:
             for session in built:
                 filename = export_plan.session(session.name).filename
-                # Streamed chunk by chunk: no initializer is ever whole in memory. One core is
-                # left to the rest of the machine (the app's UI thread starved on 2 cores).
+                # Streamed chunk by chunk: no initializer is ever whole in memory.
                 stream_writer.save(
                     session.model,
                     staging / filename,
                     filename + DATA_FILE_SUFFIX,
                     on_written=on_written,
-                    max_workers=max(1, min(4, (os.cpu_count() or 1) - 1)),
+                    max_workers=writers,
                     last=last,
                 )
                 cancel.raise_if_cancelled()

@@ -109,22 +109,33 @@ class Feedback:
         act_order: bool = False,
         lookup: float = 0.0,
         tokens: int | None = None,
+        overwrite: bool = False,
     ) -> Feedback:
         """``hessian``: ``[cols, cols]`` sum of ``x x^T`` over the calibration inputs (any
         positive scale), ``tokens`` of them (:func:`damping`). ``lookup``: the weight of
         the weights' own squared error beside the output error, as a fraction of ``H``'s
         mean diagonal (:data:`TABLE_LOOKUP` for a table that is also looked up). Inputs
-        wider than :data:`WIDE_INPUT` are factorised in float32 and get no scale refit."""
+        wider than :data:`WIDE_INPUT` are factorised in float32 and get no scale refit.
+        ``overwrite``: ``hessian`` may be changed and its memory reused (the caller keeps
+        no other reference: a wide input's factorisation then holds two ``[K, K]``
+        arrays at most, its own and the sum's)."""
         cols = hessian.shape[0]
         wide = cols > WIDE_INPUT
-        h: np.ndarray = np.array(hessian, dtype=np.float32 if wide else np.float64)
+        dtype = np.float32 if wide else np.float64
+        h: np.ndarray = (
+            hessian if overwrite and hessian.dtype == dtype else np.array(hessian, dtype=dtype)
+        )
+        del hessian
         dead = np.diag(h) <= 0  # inputs that were always 0: nothing to preserve there
         h[dead, dead] = 1.0
         damped = damping(cols, tokens)
         h[np.diag_indices(cols)] += (damped + lookup) * float(np.mean(np.diag(h)))
         kept = h.astype(np.float32) if REFIT_STEPS and not wide else None
         order = np.argsort(-np.diag(h), kind="stable") if act_order else None
-        factor = _upper_factor_of_inverse(h if order is None else h[np.ix_(order, order)])
+        backwards = (np.arange(cols) if order is None else order)[::-1]
+        reversed_h = h[np.ix_(backwards, backwards)]  # J P H P J, contiguous
+        del h
+        factor = _upper_factor_of_inverse(reversed_h)
         return cls(factor, dead, order, kept, damping=damped, tokens=tokens)
 
     def stripped(self) -> Feedback:
@@ -140,15 +151,47 @@ factor in float32, as GPTQ's reference implementation does, and no ``H`` for the
 refit: in float64 a 12,288-wide input's statistics, factor and ``H`` take 3 GB."""
 
 
-def _upper_factor_of_inverse(h: np.ndarray) -> np.ndarray:
-    """The upper triangular ``U`` with ``U^T U = H^-1``, from one Cholesky factorisation
-    and one triangular inverse: with ``J`` the reversal, ``chol(J H J) = L`` gives
-    ``H^-1 = J L^-T L^-1 J``, so ``U = J L^-1 J`` (the reversed inverse is upper
-    triangular). ``h`` may be overwritten."""
-    lower = np.linalg.cholesky(h[::-1, ::-1])
-    del h
-    _invert_lower(lower)
-    return np.ascontiguousarray(lower[::-1, ::-1])
+def _upper_factor_of_inverse(reversed_h: np.ndarray) -> np.ndarray:
+    """The upper triangular ``U`` with ``U^T U = H^-1``, given ``J H J`` (``J`` the
+    reversal; overwritten, and returned as ``U``): with ``chol(J H J) = L``,
+    ``H^-1 = J L^-T L^-1 J``, so ``U = J L^-1 J`` (upper triangular). One Cholesky
+    factorisation and one triangular inverse, both in place."""
+    _cholesky_in_place(reversed_h)
+    _invert_lower(reversed_h)
+    _reverse_in_place(reversed_h)
+    return reversed_h
+
+
+_CHOLESKY_BLOCK = 512
+"""Columns factorised at a time (left-looking: the rest are matrix products)."""
+
+
+def _cholesky_in_place(a: np.ndarray) -> None:
+    """``a`` (symmetric positive definite) becomes its lower Cholesky factor, zeros above
+    the diagonal; block by block, so no second ``[K, K]`` array (``np.linalg.cholesky``
+    copies its input, a 12,288-wide one's 600 MB)."""
+    n = a.shape[0]
+    for j in range(0, n, _CHOLESKY_BLOCK):
+        e = min(j + _CHOLESKY_BLOCK, n)
+        if j:
+            a[j:e, j:e] -= a[j:e, :j] @ a[j:e, :j].T
+        a[j:e, j:e] = np.linalg.cholesky(a[j:e, j:e])
+        a[j:e, e:] = 0.0
+        if e < n:
+            if j:
+                a[e:, j:e] -= a[e:, :j] @ a[j:e, :j].T
+            a[e:, j:e] = a[e:, j:e] @ np.linalg.inv(a[j:e, j:e]).T
+
+
+def _reverse_in_place(a: np.ndarray) -> None:
+    """``a`` becomes ``a[::-1, ::-1]`` a row pair at a time."""
+    n = a.shape[0]
+    for i in range(n // 2):
+        row = a[i, ::-1].copy()
+        a[i] = a[n - 1 - i, ::-1]
+        a[n - 1 - i] = row
+    if n % 2:
+        a[n // 2] = a[n // 2, ::-1].copy()
 
 
 _INVERT_BLOCK = 256
