@@ -60,6 +60,11 @@ VARIANTS: dict[str, list[str]] = {
         *("--ep", "cpu", "--dtype", "fp32", "--weight-bits", "4", "--embedding-bits", "4"),
         *("--quant-method", "gptq"),
     ],
+    # the same on the first 2,048 tokens of the built-in text (a shorter calibration file)
+    "cpu-int4-gptq-2k": [
+        *("--ep", "cpu", "--dtype", "fp32", "--weight-bits", "4", "--embedding-bits", "4"),
+        *("--quant-method", "gptq", "--calibration-tokens", "2048"),
+    ],
 }
 
 
@@ -81,6 +86,23 @@ class TimedRandomSource(sources.RandomSource):
         return out
 
 
+def _calibration_file(args: argparse.Namespace) -> str | None:
+    """``--calibration-tokens N``: a text file of the built-in calibration text's first N
+    tokens by the checkpoint's tokenizer (what a user's shorter calibration file does)."""
+    if not args.calibration_tokens:
+        return None
+    from tokenizers import Tokenizer
+
+    from engine.calibration import sample_text
+
+    text = sample_text()
+    tokenizer = Tokenizer.from_file(str(Path(args.model) / "tokenizer.json"))
+    end = tokenizer.encode(text).offsets[args.calibration_tokens - 1][1]
+    path = Path(tempfile.mkdtemp(prefix="bench-calibration-")) / "calibration.txt"
+    path.write_text(text[:end], encoding="utf-8")
+    return str(path)
+
+
 def one_export(args: argparse.Namespace) -> dict[str, Any]:
     """Export once in this process; the report of where time and memory went."""
     random_weights = args.model is None
@@ -90,6 +112,7 @@ def one_export(args: argparse.Namespace) -> dict[str, Any]:
         weight_bits=args.weight_bits,
         embedding_bits=args.embedding_bits,
         quant_method=args.quant_method,
+        calibration=_calibration_file(args),
         random_weights=random_weights,
         modalities=("text",),
     )
@@ -142,6 +165,8 @@ def one_export(args: argparse.Namespace) -> dict[str, Any]:
         "source_generation_seconds_summed": round(timed.seconds, 2),
         "source_bytes": timed.bytes,
         "stage_seconds": {k: round(v, 2) for k, v in stages.items()},
+        "calibration_tokens": args.calibration_tokens,
+        "notes": list(result.notes),
         "files": result.files,
     }
     if not args.keep:
@@ -270,6 +295,7 @@ def main() -> None:
     parser.add_argument("--embedding-bits", type=int, default=None)
     parser.add_argument("--quant-method", default="rtn")
     parser.add_argument("--model", default=None, help="a checkpoint folder instead of random")
+    parser.add_argument("--calibration-tokens", type=int, default=None, metavar="N")
     parser.add_argument("--out", default=None, help="folder to write into (default: a temp dir)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--matrix", action="store_true", help="every preset x variant")

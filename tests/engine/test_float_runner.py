@@ -157,3 +157,20 @@ def test_full_size_e2b_is_cut_between_layers_and_its_tables_never_reach_a_sessio
         assert max(crossing) <= 8, crossing
     finally:
         run.close()
+
+
+def test_the_lower_half_gram_summed_over_batches_is_x_transposed_x(monkeypatch):
+    """Calibration sums only the blocks of ``x^T x`` on and below the diagonal, then
+    mirrors them: the whole product, for a width that is not whole blocks, in float64 and
+    float32 sums alike."""
+    monkeypatch.setattr(calibration, "GRAM_BLOCK", 48)
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal((n, 200)).astype(np.float32) for n in (64, 30, 100)]
+    for dtype in (np.float64, np.float32):
+        total = np.zeros((200, 200), dtype)
+        for x in batches:
+            calibration._add_lower_gram(total, x)
+        calibration._mirror_lower(total)
+        x = np.concatenate(batches).astype(np.float64)
+        np.testing.assert_allclose(total, x.T @ x, rtol=1e-5, atol=1e-3)
+        assert np.array_equal(total, total.T)

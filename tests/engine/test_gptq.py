@@ -314,6 +314,59 @@ def test_the_factor_of_the_inverse_is_the_textbook_one_and_wide_inputs_take_floa
     )
 
 
+def _textbook_gptq(w: np.ndarray, feedback: Feedback, bits: int, block: int) -> np.ndarray:
+    """GPTQ's codes one column at a time as the paper writes it (no lazy batches, no
+    transposed copy): each column rounded with its block's parameters (act order: round to
+    nearest's of the weights before feedback; natural order: of the weights as fed back
+    when the block is reached), its error spread over every later column at once."""
+    from engine.quantize.rtn import as_float32, encode, reciprocal, rtn_params
+
+    rows, cols = w.shape
+    order = np.arange(cols) if feedback.order is None else feedback.order
+    u = feedback.factor
+    work = w.astype(np.float64)[:, order]
+    codes = np.empty((rows, cols), dtype=np.uint8)
+
+    def params(values: np.ndarray) -> tuple[np.ndarray, ...]:
+        scale, zp = rtn_params(
+            values.min(axis=1), values.max(axis=1), bits, False, np.dtype(np.float16), None
+        )
+        return reciprocal(scale), zp.astype(np.float32), as_float32(scale)
+
+    static = [params(w[:, b : b + block]) for b in range(0, cols, block)]
+    current: tuple[np.ndarray, ...] = ()
+    for j in range(cols):
+        b = order[j] // block
+        if feedback.order is None and j % block == 0:
+            current = params(work[:, j : j + block].astype(np.float32))
+        inv, zf, sf = current if feedback.order is None else static[b]
+        q = encode(work[:, j].astype(np.float32), inv, zf, bits)
+        error = (work[:, j] - (q - zf) * sf) / u[j, j]
+        work[:, j + 1 :] -= np.outer(error, u[j, j + 1 :])
+        codes[:, order[j]] = q
+    return codes
+
+
+@pytest.mark.parametrize("act_order", [False, True])
+def test_the_batched_column_loop_is_the_textbook_one(monkeypatch, act_order: bool):
+    """The lazy batches, spans and transposed layout that make GPTQ fast at E2B's widths
+    choose the codes the one-column-at-a-time algorithm does (to rounding: a sum taken in
+    another order may move a value across a rounding boundary)."""
+    monkeypatch.setattr(gptq, "REFIT_STEPS", 0)
+    monkeypatch.setattr(gptq, "_SPAN", 256)  # several spans and lazy batches in 640 columns
+    rng = np.random.default_rng(11)
+    x = _skewed_inputs(rng, 2048, 640)
+    w = (rng.standard_normal((48, 640)) * 0.05).astype(np.float32)
+    feedback = Feedback.from_hessian(x.T.astype(np.float64) @ x, act_order=act_order)
+    ours = gptq_quantize(
+        w, feedback, bits=4, block_size=32, symmetric=False, scale_dtype=np.dtype(np.float16)
+    )
+    codes = np.stack([ours.qweight & 15, ours.qweight >> 4], axis=-1).reshape(48, 640)
+    textbook = _textbook_gptq(w, feedback, 4, 32)
+    assert np.mean(codes == textbook) >= 0.999
+    assert np.abs(codes.astype(int) - textbook).max() <= 1
+
+
 def test_calibration_damps_by_the_tokens_it_measured(qwen2, monkeypatch):
     """Every input's feedback is damped for the calibration tokens its statistics were
     summed over (every window's)."""
