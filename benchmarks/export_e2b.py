@@ -86,9 +86,10 @@ class TimedRandomSource(sources.RandomSource):
         return out
 
 
-def _calibration_file(args: argparse.Namespace) -> str | None:
-    """``--calibration-tokens N``: a text file of the built-in calibration text's first N
-    tokens by the checkpoint's tokenizer (what a user's shorter calibration file does)."""
+def _calibration_file(args: argparse.Namespace, root: Path) -> str | None:
+    """``--calibration-tokens N``: a text file in ``root`` of the built-in calibration
+    text's first N tokens by the checkpoint's tokenizer (what a user's shorter calibration
+    file does)."""
     if not args.calibration_tokens:
         return None
     from tokenizers import Tokenizer
@@ -98,7 +99,8 @@ def _calibration_file(args: argparse.Namespace) -> str | None:
     text = sample_text()
     tokenizer = Tokenizer.from_file(str(Path(args.model) / "tokenizer.json"))
     end = tokenizer.encode(text).offsets[args.calibration_tokens - 1][1]
-    path = Path(tempfile.mkdtemp(prefix="bench-calibration-")) / "calibration.txt"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "calibration.txt"
     path.write_text(text[:end], encoding="utf-8")
     return str(path)
 
@@ -106,13 +108,14 @@ def _calibration_file(args: argparse.Namespace) -> str | None:
 def one_export(args: argparse.Namespace) -> dict[str, Any]:
     """Export once in this process; the report of where time and memory went."""
     random_weights = args.model is None
+    root = Path(args.out or tempfile.mkdtemp(prefix="bench-e2b-"))
     options = ExportOptions(
         ep=args.ep,
         dtype=args.dtype,
         weight_bits=args.weight_bits,
         embedding_bits=args.embedding_bits,
         quant_method=args.quant_method,
-        calibration=_calibration_file(args),
+        calibration=_calibration_file(args, root),
         random_weights=random_weights,
         modalities=("text",),
     )
@@ -125,7 +128,6 @@ def one_export(args: argparse.Namespace) -> dict[str, Any]:
     import engine.pipeline as pipeline_module
 
     pipeline_module.RandomSource = lambda seed=0: timed  # type: ignore[assignment,misc]
-    root = Path(args.out or tempfile.mkdtemp(prefix="bench-e2b-"))
     out = root / "pkg"
     stages: dict[str, float] = {}
     last = [time.perf_counter(), "start"]
@@ -304,6 +306,8 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="an earlier --matrix JSON to compare")
     parser.add_argument("--work", default=None, help="where the matrix writes packages")
     args = parser.parse_args()
+    if args.calibration_tokens and not args.model:
+        parser.error("--calibration-tokens tokenizes with a checkpoint's tokenizer: add --model")
     report = matrix(args) if args.matrix else one_export(args)
     print(json.dumps(report, indent=2))
 
