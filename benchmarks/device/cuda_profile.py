@@ -12,6 +12,11 @@ the prefill rate of a 1,024-token prompt (first call excluded).
 
     python3 benchmarks/device/cuda_profile.py --cuda-site /tmp/site_cuda
 
+``--baseline DIR`` also builds every variant with the engine in DIR (another commit's
+``engine/`` and ``resources/``, e.g. ``git archive REV engine resources``) and measures the
+two packages one after the other, ``<variant>@baseline`` first, so a change is compared
+within one run on one machine. ``--captures 1`` measures CUDA graphs on only.
+
 Writes ``$OUT/cuda_profile.json`` after every stage.
 """
 
@@ -131,6 +136,8 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/cuda_profile")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--baseline", default="", help="another checkout's engine to compare")
+    parser.add_argument("--captures", default="0,1", help="CUDA graph modes: 0, 1 or both")
     args = parser.parse_args()
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
     report = Report(out_dir / "cuda_profile.json", args.budget_s, "cuda_profile")
@@ -138,34 +145,59 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     built: dict[str, Path] = {}  # variants that differ only in the environment share a package
+    engines = [("@baseline", args.baseline)] if args.baseline else []
     for variant in args.variants.split(","):
-        flags, extra_env = VARIANTS[variant]
-        stage: dict[str, Any] = {}
-        key = " ".join(flags)
-        if key in built:
-            package = built[key]
-            stage["build"] = {"rc": 0, "reused": str(package)}
-        else:
-            package = work / f"{args.preset}-{variant}"
-            build = [sys.executable, "-m", "engine", "build", "--preset", args.preset]
-            build += ["--random-weights", "--ep", "cuda", "--modalities", "text"]
-            build += [*flags, "--quiet", "--overwrite", str(package)]
-            stage["build"] = _run(build, min(300, report.remaining() - 60), env)
-            built[key] = package
-        stage["env"] = extra_env
-        report.stage(variant, stage)
-        if stage["build"].get("rc") == 0:
-            for capture in ("0", "1"):
-                profile = [sys.executable, "-c", _PROFILE, str(package), capture]
-                profile += [str(args.prompt_len), str(args.steps)]
-                done = _run(profile, min(180, report.remaining() - 10), env | extra_env)
-                lines = [x for x in done.get("stdout", "").splitlines() if x.startswith("PROFILE")]
-                if lines:
-                    done = json.loads(lines[-1].split(" ", 1)[1]) | {"seconds": done["seconds"]}
-                stage[f"graph_{'on' if capture == '1' else 'off'}"] = done
-                report.stage(variant, stage)
+        for suffix, engine_dir in [*engines, ("", "")]:
+            name = variant + suffix
+            _measure(name, variant, engine_dir, args, env, work, built, report)
     for package in built.values():
         shutil.rmtree(package, ignore_errors=True)
+
+
+def _measure(
+    name: str,
+    variant: str,
+    engine_dir: str,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    work: Path,
+    built: dict[str, Path],
+    report: Report,
+) -> None:
+    """Build (or reuse) one variant's package with the engine in ``engine_dir`` (empty:
+    this checkout's) and profile it in each CUDA graph mode."""
+    flags, extra_env = VARIANTS[variant]
+    stage: dict[str, Any] = {}
+    key = " ".join([*flags, engine_dir])
+    build_env = dict(env)
+    if engine_dir:
+        site = env["PYTHONPATH"].split(os.pathsep)[0]
+        build_env["PYTHONPATH"] = os.pathsep.join([site, str(Path(engine_dir).resolve())])
+        stage["engine"] = engine_dir
+    if key in built:
+        package = built[key]
+        stage["build"] = {"rc": 0, "reused": str(package)}
+    else:
+        package = work / f"{args.preset}-{name.replace('@', '-')}"
+        build = [sys.executable, "-m", "engine", "build", "--preset", args.preset]
+        build += ["--random-weights", "--ep", "cuda", "--modalities", "text"]
+        build += [*flags, "--quiet", "--overwrite", str(package)]
+        cwd = str(Path(engine_dir).resolve()) if engine_dir else None
+        stage["build"] = _run(build, min(300, report.remaining() - 60), build_env, cwd=cwd)
+        built[key] = package
+    stage["env"] = extra_env
+    report.stage(name, stage)
+    if stage["build"].get("rc") != 0:
+        return
+    for capture in args.captures.split(","):
+        profile = [sys.executable, "-c", _PROFILE, str(package), capture]
+        profile += [str(args.prompt_len), str(args.steps)]
+        done = _run(profile, min(180, report.remaining() - 10), env | extra_env)
+        lines = [x for x in done.get("stdout", "").splitlines() if x.startswith("PROFILE")]
+        if lines:
+            done = json.loads(lines[-1].split(" ", 1)[1]) | {"seconds": done["seconds"]}
+        stage[f"graph_{'on' if capture == '1' else 'off'}"] = done
+        report.stage(name, stage)
 
 
 if __name__ == "__main__":

@@ -46,14 +46,17 @@ VARIANTS = {
 }
 
 
-def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run a command; never raises. Returns rc, seconds, stdout, stderr tail."""
+def run(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None, cwd: str | None = None
+) -> dict[str, Any]:
+    """Run a command (in ``cwd``, default the checkout); never raises. Returns rc, seconds,
+    stdout, stderr tail."""
     started = time.monotonic()
     if timeout < 5:
         return {"cmd": " ".join(cmd), "skipped": "no time left in the budget"}
     try:
         done = subprocess.run(
-            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+            cmd, cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout
         )
         out = {"rc": done.returncode, "stdout": done.stdout, "stderr_tail": done.stderr[-3000:]}
     except subprocess.TimeoutExpired as exc:

@@ -44,16 +44,23 @@ def rms_norm(
 
 
 def skip_rms_norm(
-    ctx: BuildContext, x: ir.Value, skip: ir.Value, weight: str, width: int
+    ctx: BuildContext,
+    x: ir.Value,
+    skip: ir.Value,
+    weight: str,
+    width: int,
+    eps: float | None = None,
 ) -> tuple[ir.Value, ir.Value]:
-    """``(norm(x + skip), x + skip)``, fused where the EP has SkipSimplifiedLayerNormalization."""
+    """``(norm(x + skip), x + skip)``, fused where the EP has SkipSimplifiedLayerNormalization;
+    ``eps`` defaults to the text model's."""
+    eps = ctx.spec.rms_norm_eps if eps is None else eps
     if ctx.caps.supports("SkipSimplifiedLayerNormalization"):
         outputs = ctx.ms.SkipSimplifiedLayerNormalization(
-            x, skip, _norm_scale(ctx, weight, width), epsilon=ctx.spec.rms_norm_eps, _outputs=4
+            x, skip, _norm_scale(ctx, weight, width), epsilon=eps, _outputs=4
         )
         return outputs[0], outputs[3]
     total = ctx.op.Add(x, skip)
-    return rms_norm(ctx, total, weight, width), total
+    return rms_norm(ctx, total, weight, width, eps=eps), total
 
 
 def _norm_scale(

@@ -74,6 +74,16 @@ class BuildContext:
         wp = self.weight(name)
         return self.parts(wp, wp.pieces[0])["weight"]
 
+    def param_data(self, name: str) -> np.ndarray | None:
+        """The values of a small unsplit float weight (a layer scalar) while the graph is
+        built, as the package will store them; None for a graph built without weights."""
+        if self.factory is None:
+            return None
+        wp = self.weight(name)
+        piece = wp.pieces[0]
+        (tensor,) = [t for t in piece.tensors if t.part == "weight"]
+        return self.factory.produce(wp, piece, tensor)
+
     def parts(self, weight: WeightPlan, piece: Piece) -> dict[str, ir.Value]:
         """A piece's initializers by part (weight / qweight / scales / zero_points)."""
         return {t.part: self.tensor(weight, piece, t) for t in piece.tensors}

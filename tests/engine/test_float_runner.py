@@ -134,9 +134,10 @@ def test_a_cancelled_run_stops_between_segments(gemma):
 def test_full_size_e2b_is_cut_between_layers_and_its_tables_never_reach_a_session():
     """Gemma 4 E2B's float decoder (~20 GB in fp32) at its real sizes: no session holds
     more than a segment's weights (about one double-wide layer), its token and per-layer
-    tables (1.6 and 9.4 GB) are looked up in numpy, and the cuts fall between layers, where
-    only the residual stream and what every layer reads (per-layer inputs, masks, rotary
-    tables, shared keys and values) cross."""
+    tables (1.6 and 9.4 GB) are looked up in numpy, and the cuts fall where one residual
+    stream value crosses (a layer's input, or its stream after the MLP's residual add, before
+    the per-layer input gate: each layer's last add waits for the next layer's norm) beside
+    what every layer reads (per-layer inputs, masks, rotary tables, shared keys and values)."""
     from engine.presets import load_preset
     from engine.weights.sources import RandomSource
 
@@ -152,9 +153,12 @@ def test_full_size_e2b_is_cut_between_layers_and_its_tables_never_reach_a_sessio
         held = [sum(decoder.nbytes(w) for w in s.weights) for s in sessions]
         assert max(held) <= float_runner.SEGMENT_BYTES, max(held)
         assert sum(held) > 6 * 1024**3  # every linear is run (the tables apart)
-        assert 35 <= len(sessions) <= 40, len(sessions)  # 35 layers, a prologue
+        # about one per layer and a prologue (three of the narrow first 15 fit in two)
+        assert 30 <= len(sessions) <= 40, len(sessions)
         crossing = [len(s.inputs) for s in sessions]
-        assert max(crossing) <= 8, crossing
+        # a segment over parts of three narrow layers reads each one's per-layer input,
+        # rotary table and mask
+        assert max(crossing) <= 14, crossing
     finally:
         run.close()
 

@@ -9,6 +9,10 @@ MLP, the per-layer input gate and the layer scalar. The decoder takes ``input_id
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+import numpy as np
 import onnx_ir as ir
 
 from engine.graph import attention as attn
@@ -62,29 +66,90 @@ class DecoderLayer(Module):
     def __call__(
         self,
         ctx: BuildContext,
-        hidden: ir.Value,
+        stream: ir.Value | Residual,
         per_layer_input: ir.Value | None,
         state: DecoderState,
-    ) -> ir.Value:
+    ) -> Residual:
+        """The layer's output with its last residual add (and the layer scalar) not yet
+        done, for the next norm to fuse; ``stream``: the embeddings, or the previous
+        layer's :class:`Residual`."""
         op = ctx.op
-        out = self.self_attn(ctx, self.input_layernorm(ctx, hidden), state)
-        out = self.post_attention_layernorm(ctx, out)
+        if isinstance(stream, Residual):
+            x, hidden = stream.normed(ctx, self.input_layernorm)
+        else:
+            x, hidden = self.input_layernorm(ctx, stream), stream
+        out = self.post_attention_layernorm(ctx, self.self_attn(ctx, x, state))
         norm = self.pre_feedforward_layernorm
         assert norm.weight is not None
         x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
         ffn = self.mlp(ctx, x)
         if self.moe is not None:
             ffn = self.moe(ctx, ffn, hidden)
-        hidden = op.Add(hidden, self.post_feedforward_layernorm(ctx, ffn))
-        if per_layer_input is not None:
-            gate = activation(
-                ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation
-            )
-            gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))
-            hidden = op.Add(hidden, self.post_per_layer_input_norm(ctx, gated))
-        if self.layer_scalar is None:
-            return hidden
-        return op.Mul(hidden, ctx.param(self.layer_scalar.name))
+        scale = self.layer_scalar.name if self.layer_scalar is not None else None
+        ffn = self.post_feedforward_layernorm(ctx, ffn)
+        if per_layer_input is None:
+            return Residual(hidden, ffn, scale)
+        hidden = op.Add(hidden, ffn)
+        gate = activation(ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation)
+        gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))
+        return Residual(hidden, self.post_per_layer_input_norm(ctx, gated), scale)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A layer's last residual add, not yet done: the residual stream is
+    ``scalar * (base + addend)`` (``scalar``: the layer scalar's weight, None without one).
+
+    The next norm takes the add as one SkipSimplifiedLayerNormalization: for a scalar
+    ``s > 0``, ``norm(s * t) = norm(t)`` with the norm's epsilon divided by ``s^2`` (exact),
+    so the scalar's Mul moves after the fused norm onto the stream alone. A scalar that is
+    not positive keeps the plain Add, Mul and norm (a graph built without weights assumes
+    the fused form)."""
+
+    base: ir.Value
+    addend: ir.Value
+    scalar: str | None
+
+    def normed(self, ctx: BuildContext, norm: RMSNorm) -> tuple[ir.Value, ir.Value]:
+        """``(norm(stream), stream)``."""
+        fused = self._fused(ctx, norm)
+        if fused is None:
+            stream = self._unfused_stream(ctx)
+            return norm(ctx, stream), stream
+        normed, total = fused
+        if self.scalar is None:
+            return normed, total
+        return normed, ctx.op.Mul(total, ctx.param(self.scalar))
+
+    def norm_only(self, ctx: BuildContext, norm: RMSNorm) -> ir.Value:
+        """``norm(stream)`` where the stream itself is not needed (the final norm). With a
+        layer scalar the plain Add, Mul and norm: the fused form would leave the scalar's
+        initializer, which the plan stores, out of the graph."""
+        if self.scalar is not None:
+            return norm(ctx, self._unfused_stream(ctx))
+        fused = self._fused(ctx, norm)
+        assert fused is not None
+        return fused[0]
+
+    def _fused(self, ctx: BuildContext, norm: RMSNorm) -> tuple[ir.Value, ir.Value] | None:
+        assert norm.weight is not None
+        eps = ctx.spec.rms_norm_eps if norm.eps is None else norm.eps
+        if self.scalar is not None:
+            data = ctx.param_data(self.scalar)
+            if data is not None:
+                value = float(np.asarray(data, dtype=np.float64).reshape(-1)[0])
+                folded = eps / value**2 if value > 0 else math.inf
+                if not (math.isfinite(folded) and folded > 0 and folded < FLOAT32_MAX):
+                    return None
+                eps = folded
+        return skip_rms_norm(ctx, self.addend, self.base, norm.weight.name, norm.width, eps)
+
+    def _unfused_stream(self, ctx: BuildContext) -> ir.Value:
+        total = ctx.op.Add(self.base, self.addend)
+        return total if self.scalar is None else ctx.op.Mul(total, ctx.param(self.scalar))
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class PerLayerInputs(Module):
@@ -207,10 +272,12 @@ class TextDecoder(Module):
             "attention_mask", ids_dtype, ["batch_size", "total_sequence_length"]
         )
         state = DecoderState(ctx, attention_mask, tokens)
+        stream: ir.Value | Residual = hidden
         for layer in self.layers:
             layer_input = per_layer[layer._index] if per_layer is not None else None
-            hidden = layer(ctx, hidden, layer_input, state)
-        logits = lm_head(ctx, self.norm(ctx, hidden))
+            stream = layer(ctx, stream, layer_input, state)
+        assert isinstance(stream, Residual)
+        logits = lm_head(ctx, stream.norm_only(ctx, self.norm))
         if spec.final_logit_softcapping:
             logits = softcap(ctx, logits, spec.final_logit_softcapping)
         outputs(ctx, logits, state)
