@@ -169,10 +169,9 @@ def _measure(
     flags, extra_env = VARIANTS[variant]
     stage: dict[str, Any] = {}
     key = " ".join([*flags, engine_dir])
-    build_env = dict(env)
+    build_env = env
     if engine_dir:
-        site = env["PYTHONPATH"].split(os.pathsep)[0]
-        build_env["PYTHONPATH"] = os.pathsep.join([site, str(Path(engine_dir).resolve())])
+        build_env = cuda_env(args.cuda_site, Path(engine_dir).resolve())
         stage["engine"] = engine_dir
     if key in built:
         package = built[key]

@@ -74,11 +74,12 @@ def _cuda_graph_check(package: Path, timeout: float, env: dict[str, str]) -> dic
     }
 
 
-def cuda_env(site: str) -> dict[str, str]:
+def cuda_env(site: str, engine: Path = REPO) -> dict[str, str]:
     """The environment of a child that runs onnxruntime-gpu from ``site`` (put first on
-    PYTHONPATH; empty: this interpreter's own onnxruntime) with the image's CUDA libraries."""
+    PYTHONPATH; empty: this interpreter's own onnxruntime) with the image's CUDA libraries,
+    importing the engine from ``engine`` (default this checkout)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PYTHONPATH"] = os.pathsep.join([site, str(REPO)]) if site else str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join([site, str(engine)]) if site else str(engine)
     env["PYTHONUNBUFFERED"] = "1"
     libs = glob.glob(
         str(Path(sys.prefix) / "lib" / "python3*" / "*-packages" / "nvidia" / "*" / "lib")

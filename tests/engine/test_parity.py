@@ -10,7 +10,7 @@ import pytest
 from engine.options import ExportOptions
 from engine.pipeline import export
 from tests._support.ort_loop import ort_greedy
-from tests._support.tiny_gemma import hf_greedy
+from tests._support.tiny_gemma import hf_greedy, make_checkpoint
 from tests.conftest import TINY_CONFIGS
 
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
@@ -87,8 +87,6 @@ def test_layer_scalars_far_from_one_and_negative_match_transformers(
     it the wrong way, changes every norm after it), 40, -0.5, 1 and 0.3."""
     import onnx
     import torch
-
-    from tests._support.tiny_gemma import make_checkpoint
 
     scalars = [0.002, 40.0, -0.5, 1.0, 0.3, 0.002]
     model_dir = tmp_path / "ckpt"

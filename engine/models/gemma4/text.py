@@ -9,7 +9,6 @@ MLP, the per-layer input gate and the layer scalar. The decoder takes ``input_id
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,8 +137,8 @@ class Residual:
             data = ctx.param_data(self.scalar)
             if data is not None:
                 value = float(np.asarray(data, dtype=np.float64).reshape(-1)[0])
-                folded = eps / value**2 if value > 0 else math.inf
-                if not (math.isfinite(folded) and folded > 0 and folded < FLOAT32_MAX):
+                folded = eps / value**2 if value > 0 else 0.0  # NaN is not > 0 either
+                if not 0 < folded < FLOAT32_MAX:
                     return None
                 eps = folded
         return skip_rms_norm(ctx, self.addend, self.base, norm.weight.name, norm.width, eps)
