@@ -91,6 +91,11 @@ class EpCapabilities:
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
+    skip_kernel_norms: bool = False
+    """The decoder's plain RMSNorms over the hidden size run as
+    SkipSimplifiedLayerNormalization with a zero skip (one ConstantOfShape per graph, shared;
+    ``x + 0`` is ``x`` exactly). onnxruntime-gpu 1.31.1 on the H200 (CUPTI, E2B at decode):
+    its Skip kernel takes 1.7 us where its RMSNormalization kernel takes 2.9 us."""
     packed_qkv: bool = False
     """A KV-owning layer projects q, k and v as one MatMul / MatMulNBits whose output
     GroupQueryAttention takes packed (its key and value inputs left out): one GEMV at decode
@@ -192,6 +197,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             capture_option="enable_cuda_graph",
             host_total_length=True,
             packed_qkv=True,
+            skip_kernel_norms=True,
             io_device="cuda",
             install_hint="install onnxruntime-gpu instead of onnxruntime (1.31 is a CUDA 13 build)",
         ),

@@ -15,7 +15,9 @@ the prefill rate of a 1,024-token prompt (first call excluded).
 ``--baseline DIR`` also builds every variant with the engine in DIR (another commit's
 ``engine/`` and ``resources/``, e.g. ``git archive REV engine resources``) and measures the
 two packages one after the other, ``<variant>@baseline`` first, so a change is compared
-within one run on one machine. ``--captures 1`` measures CUDA graphs on only.
+within one run on one machine; ``--baseline DIR1,DIR2`` measures each in turn (stages
+``<variant>@<DIR's name>``), then this checkout's. ``--captures 1`` measures CUDA graphs on
+only.
 
 Writes ``$OUT/cuda_profile.json`` after every stage.
 """
@@ -136,7 +138,9 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/cuda_profile")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--baseline", default="", help="another checkout's engine to compare")
+    parser.add_argument(
+        "--baseline", default="", help="other checkouts' engines to compare (comma-separated)"
+    )
     parser.add_argument("--captures", default="0,1", help="CUDA graph modes: 0, 1 or both")
     args = parser.parse_args()
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
@@ -145,7 +149,8 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     built: dict[str, Path] = {}  # variants that differ only in the environment share a package
-    engines = [("@baseline", args.baseline)] if args.baseline else []
+    dirs = [d for d in args.baseline.split(",") if d]
+    engines = [("@" + Path(d).name.lstrip(".") if len(dirs) > 1 else "@baseline", d) for d in dirs]
     for variant in args.variants.split(","):
         for suffix, engine_dir in [*engines, ("", "")]:
             name = variant + suffix

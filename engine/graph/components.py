@@ -23,13 +23,18 @@ def rms_norm(
     eps: float | None = None,
     *,
     dtype: str | None = None,
+    zeros: ir.Value | None = None,
 ) -> ir.Value:
     """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm);
     ``eps`` defaults to the text model's; ``dtype`` is the float dtype of ``x`` and the
-    scale when it is not the package's (an fp32 attention core)."""
+    scale when it is not the package's (an fp32 attention core). ``zeros``: a zero tensor
+    of ``x``'s shape (:func:`zero_rows`); where the EP's Skip kernel is its faster norm
+    (``EpCapabilities.skip_kernel_norms``) the norm is ``Skip(x, zeros)``."""
     eps = ctx.spec.rms_norm_eps if eps is None else eps
     compute = ir_dtype(dtype) if dtype is not None else ctx.dtype
     scale = _norm_scale(ctx, weight, width, compute)
+    if zeros is not None and dtype is None and _skip_norms(ctx):
+        return ctx.ms.SkipSimplifiedLayerNormalization(x, zeros, scale, epsilon=eps)
     if ctx.caps.rms_norm_op == "RMSNormalization":
         return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
     if ctx.caps.rms_norm_op == "SimplifiedLayerNormalization":
@@ -61,6 +66,20 @@ def skip_rms_norm(
         return outputs[0], outputs[3]
     total = ctx.op.Add(x, skip)
     return rms_norm(ctx, total, weight, width, eps=eps), total
+
+
+def _skip_norms(ctx: BuildContext) -> bool:
+    return ctx.caps.skip_kernel_norms and ctx.caps.supports("SkipSimplifiedLayerNormalization")
+
+
+def zero_rows(ctx: BuildContext, like: ir.Value) -> ir.Value | None:
+    """Zeros of ``like``'s shape in the activation dtype, for :func:`rms_norm`'s ``zeros``
+    (one per graph: every hidden-size norm of a decoder shares it); None where the EP norms
+    without a skip."""
+    if not _skip_norms(ctx):
+        return None
+    zero = ir.tensor(np.zeros(1, dtype=ctx.np_dtype))
+    return ctx.op.ConstantOfShape(ctx.op.Shape(like), value=zero)
 
 
 def _norm_scale(

@@ -230,9 +230,10 @@ class RMSNorm(Module):
         self.dtype = dtype
         self.weight = Param((width,), "norm", dtype=dtype) if scale else None
 
-    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
+    def __call__(self, ctx: BuildContext, x: ir.Value, zeros: ir.Value | None = None) -> ir.Value:
+        """``zeros``: as :func:`~engine.graph.components.rms_norm`'s."""
         name = self.weight.name if self.weight is not None else None
-        return rms_norm(ctx, x, name, self.width, eps=self.eps, dtype=self.dtype)
+        return rms_norm(ctx, x, name, self.width, eps=self.eps, dtype=self.dtype, zeros=zeros)
 
 
 class HeadNorm(Module):

@@ -306,6 +306,10 @@ class DecoderState:
     use_gqa: bool
     static: sattn.StaticInputs | None
     kv_dtype: ir.DataType
+    zeros: ir.Value | None
+    """Zeros of the hidden stream's shape for the norms that take a zero skip
+    (:func:`~engine.graph.components.zero_rows`; set by the decoder from its embeddings),
+    None where the EP norms without one."""
 
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
@@ -328,6 +332,7 @@ class DecoderState:
             )
         self.presents = {}
         self.static = None
+        self.zeros = None
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
             rope = {kind: attn.rope_caches(ctx, kind) for kind in attn.rotary_kinds(spec)}

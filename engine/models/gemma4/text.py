@@ -24,6 +24,7 @@ from engine.graph.components import (
     skip_rms_norm,
     softcap,
     split_even,
+    zero_rows,
 )
 from engine.graph.context import BuildContext
 from engine.graph.modules import Embedding, GatedMLP, Linear, Module, Param, RMSNorm
@@ -77,7 +78,8 @@ class DecoderLayer(Module):
             x, hidden = stream.normed(ctx, self.input_layernorm)
         else:
             x, hidden = self.input_layernorm(ctx, stream), stream
-        out = self.post_attention_layernorm(ctx, self.self_attn(ctx, x, state))
+        zeros = state.zeros
+        out = self.post_attention_layernorm(ctx, self.self_attn(ctx, x, state), zeros)
         norm = self.pre_feedforward_layernorm
         assert norm.weight is not None
         x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
@@ -85,13 +87,13 @@ class DecoderLayer(Module):
         if self.moe is not None:
             ffn = self.moe(ctx, ffn, hidden)
         scale = self.layer_scalar.name if self.layer_scalar is not None else None
-        ffn = self.post_feedforward_layernorm(ctx, ffn)
+        ffn = self.post_feedforward_layernorm(ctx, ffn, zeros)
         if per_layer_input is None:
             return Residual(hidden, ffn, scale)
         hidden = op.Add(hidden, ffn)
         gate = activation(ctx, self.per_layer_input_gate(ctx, hidden), ctx.spec.hidden_activation)
         gated = self.per_layer_projection(ctx, op.Mul(gate, per_layer_input))
-        return Residual(hidden, self.post_per_layer_input_norm(ctx, gated), scale)
+        return Residual(hidden, self.post_per_layer_input_norm(ctx, gated, zeros), scale)
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,7 @@ class TextDecoder(Module):
             "attention_mask", ids_dtype, ["batch_size", "total_sequence_length"]
         )
         state = DecoderState(ctx, attention_mask, tokens)
+        state.zeros = zero_rows(ctx, hidden)
         stream: ir.Value | Residual = hidden
         for layer in self.layers:
             layer_input = per_layer[layer._index] if per_layer is not None else None
