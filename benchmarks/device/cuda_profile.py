@@ -16,8 +16,9 @@ the prefill rate of a 1,024-token prompt (first call excluded).
 ``engine/`` and ``resources/``, e.g. ``git archive REV engine resources``) and measures the
 two packages one after the other, ``<variant>@baseline`` first, so a change is compared
 within one run on one machine; ``--baseline DIR1,DIR2`` measures each in turn (stages
-``<variant>@<DIR's name>``), then this checkout's. ``--captures 1`` measures CUDA graphs on
-only.
+``<variant>@<DIR's name>``), then this checkout's; ``--baseline-variants`` names the
+variants the baselines build (the others, this checkout's only). ``--captures 1`` measures
+CUDA graphs on only.
 
 Writes ``$OUT/cuda_profile.json`` after every stage.
 """
@@ -49,6 +50,13 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "int4-fpa": (_INT4, _FPA),
     "int4-b64-fpa": ([*_INT4, "--block-size", "64"], _FPA),
     "int4-b128-fpa": ([*_INT4, "--block-size", "128"], _FPA),
+    # GroupQueryAttention's decode kernels: XQA (TensorRT-LLM's, on by default for fp16 /
+    # bf16 where the shape is eligible) off, so Flash decode serves those layers; Flash's
+    # split-KV decode off (one kernel where it launched a split and a combine).
+    "fp16-noxqa": (["--dtype", "fp16"], {"ORT_ENABLE_XQA": "0"}),
+    "int4-noxqa": (_INT4, {"ORT_ENABLE_XQA": "0"}),
+    "fp16-nosplitkv": (["--dtype", "fp16"], {"ORT_DISABLE_FLASH_DECODE": "1"}),
+    "int4-nosplitkv": (_INT4, {"ORT_DISABLE_FLASH_DECODE": "1"}),
 }
 
 _PROFILE = r"""
@@ -142,6 +150,9 @@ def main() -> None:
         "--baseline", default="", help="other checkouts' engines to compare (comma-separated)"
     )
     parser.add_argument("--captures", default="0,1", help="CUDA graph modes: 0, 1 or both")
+    parser.add_argument(
+        "--baseline-variants", default="", help="variants the baselines build (default: all)"
+    )
     args = parser.parse_args()
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
     report = Report(out_dir / "cuda_profile.json", args.budget_s, "cuda_profile")
@@ -151,8 +162,10 @@ def main() -> None:
     built: dict[str, Path] = {}  # variants that differ only in the environment share a package
     dirs = [d for d in args.baseline.split(",") if d]
     engines = [("@" + Path(d).name.lstrip(".") if len(dirs) > 1 else "@baseline", d) for d in dirs]
+    with_baseline = set(args.baseline_variants.split(",")) if args.baseline_variants else None
     for variant in args.variants.split(","):
-        for suffix, engine_dir in [*engines, ("", "")]:
+        others = engines if with_baseline is None or variant in with_baseline else []
+        for suffix, engine_dir in [*others, ("", "")]:
             name = variant + suffix
             _measure(name, variant, engine_dir, args, env, work, built, report)
     for package in built.values():
