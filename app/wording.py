@@ -104,7 +104,9 @@ CONTROLS: dict[str, Control] = {
     ),
     "symmetric": Control(
         "Symmetric quantization",
-        "Symmetric blocks (no zero points): slightly smaller, usually less accurate.",
+        "Symmetric blocks (no zero points): slightly smaller, usually a little less "
+        "accurate, and faster on CUDA (onnxruntime-gpu reads no zero points: E2B INT4 on an "
+        "H200 decoded 315 tok/s against 299, 327 at block size 128).",
     ),
     "quant_method": Control(
         "Quantizer",

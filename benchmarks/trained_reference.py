@@ -66,6 +66,13 @@ CHOICES: dict[str, dict[str, Any]] = {
     "int4_search": dict(weight_bits=4, embedding_bits=4, quant_method="search"),
     "int4_weights_float_tables": dict(weight_bits=4),
     "int4_rtn_b128": dict(weight_bits=4, embedding_bits=4, block_size=128),
+    # symmetric (no zero points): onnxruntime-gpu 1.31.1's MatMulNBits runs it faster
+    "int4_rtn_sym": dict(weight_bits=4, embedding_bits=4, symmetric=True),
+    "int4_rtn_sym_b128": dict(weight_bits=4, embedding_bits=4, symmetric=True, block_size=128),
+    "int4_gptq_sym_b128": dict(
+        weight_bits=4, embedding_bits=4, symmetric=True, block_size=128, quant_method="gptq"
+    ),
+    "int4_gptq_b128": dict(weight_bits=4, embedding_bits=4, block_size=128, quant_method="gptq"),
     "int4_gptq": dict(weight_bits=4, embedding_bits=4, quant_method="gptq"),
     "int4_gptq_int8_tables": dict(weight_bits=4, embedding_bits=8, quant_method="gptq"),
     "int4_awq": dict(weight_bits=4, embedding_bits=4, quant_method="awq"),

@@ -7,6 +7,7 @@ own profiler times only the host side of CUDA nodes in a release build).
 Per package and mode: the decode rate without the profiler (``--steps`` tokens after a
 ``--prompt-len`` prompt), then one profiled window of the same steps: kernel launches and
 GPU microseconds per token, the busiest kernels (name, launches per token, µs per token),
+the GEMV / GEMM launches by kernel and grid (which projection shapes cost what),
 and the share of the step the GPU is busy at all (the rest is launch and host time). Also
 the prefill rate of a 1,024-token prompt (first call excluded).
 
@@ -39,6 +40,8 @@ from stage_report import Report
 
 _INT4 = ["--weight-bits", "4", "--embedding-bits", "4"]
 _FPA = {"ORT_FPA_INTB_GEMM": "1"}
+_PLE_FP16 = ["--keep-float", "layers.*.per_layer_input_gate.weight"]
+_PLE_FP16 += ["--keep-float", "layers.*.per_layer_projection.weight"]
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "fp16": (["--dtype", "fp16"], {}),
     "int4": (_INT4, {}),
@@ -50,6 +53,11 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "int4-fpa": (_INT4, _FPA),
     "int4-b64-fpa": ([*_INT4, "--block-size", "64"], _FPA),
     "int4-b128-fpa": ([*_INT4, "--block-size", "128"], _FPA),
+    "int4-sym": ([*_INT4, "--symmetric"], {}),
+    "int4-b128-sym": ([*_INT4, "--block-size", "128", "--symmetric"], {}),
+    "int8": (["--weight-bits", "8", "--embedding-bits", "4"], {}),
+    # the per-layer input's two small projections (1536 -> 256 -> 1536) left in fp16
+    "int4-b128-sym-ple-fp16": ([*_INT4, "--block-size", "128", "--symmetric", *_PLE_FP16], {}),
     # GroupQueryAttention's decode kernels: XQA (TensorRT-LLM's, on by default for fp16 /
     # bf16 where the shape is eligible) off, so Flash decode serves those layers; Flash's
     # split-KV decode off (one kernel where it launched a split and a combine).
@@ -119,6 +127,17 @@ top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
 out["top_kernels"] = [
     {"kernel": name[:160], "per_token": round(n / steps, 1), "us_per_token": round(t / steps, 1),
      "share": round(t / busy, 3)} for name, (n, t) in top
+]
+grids = collections.defaultdict(lambda: [0, 0.0])  # GEMV / GEMM launches by kernel and grid
+for e in events:
+    if any(key in e["name"] for key in ("MatMul", "nvjet", "gemv", "gemm")):
+        grid = e.get("args", {}).get("grid")
+        grids[(e["name"][:70], str(grid))][0] += 1
+        grids[(e["name"][:70], str(grid))][1] += float(e.get("dur", 0))
+out["matmul_grids"] = [
+    {"kernel": name, "grid": grid, "per_token": round(n / steps, 1),
+     "us_each": round(t / n, 2), "us_per_token": round(t / steps, 1)}
+    for (name, grid), (n, t) in sorted(grids.items(), key=lambda kv: -kv[1][1])[:24]
 ]
 if prompt_len < 1024:
     timings = []

@@ -82,7 +82,9 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         "--block-size", type=count, default=32, help="quantization block size (default 32)"
     )
     parser.add_argument(
-        "--symmetric", action="store_true", help="symmetric quantization (no zero points)"
+        "--symmetric",
+        action="store_true",
+        help="symmetric quantization (no zero points; faster MatMulNBits on CUDA)",
     )
     parser.add_argument(
         "--quant-method",

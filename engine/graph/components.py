@@ -33,7 +33,7 @@ def rms_norm(
     eps = ctx.spec.rms_norm_eps if eps is None else eps
     compute = ir_dtype(dtype) if dtype is not None else ctx.dtype
     scale = _norm_scale(ctx, weight, width, compute)
-    if zeros is not None and dtype is None and _skip_norms(ctx):
+    if zeros is not None and dtype is None and skip_norms(ctx):
         return ctx.ms.SkipSimplifiedLayerNormalization(x, zeros, scale, epsilon=eps)
     if ctx.caps.rms_norm_op == "RMSNormalization":
         return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
@@ -68,7 +68,8 @@ def skip_rms_norm(
     return rms_norm(ctx, total, weight, width, eps=eps), total
 
 
-def _skip_norms(ctx: BuildContext) -> bool:
+def skip_norms(ctx: BuildContext) -> bool:
+    """Whether norms take a zero skip here (``EpCapabilities.skip_kernel_norms``)."""
     return ctx.caps.skip_kernel_norms and ctx.caps.supports("SkipSimplifiedLayerNormalization")
 
 
@@ -76,7 +77,7 @@ def zero_rows(ctx: BuildContext, like: ir.Value) -> ir.Value | None:
     """Zeros of ``like``'s shape in the activation dtype, for :func:`rms_norm`'s ``zeros``
     (one per graph: every hidden-size norm of a decoder shares it); None where the EP norms
     without a skip."""
-    if not _skip_norms(ctx):
+    if not skip_norms(ctx):
         return None
     zero = ir.tensor(np.zeros(1, dtype=ctx.np_dtype))
     return ctx.op.ConstantOfShape(ctx.op.Shape(like), value=zero)

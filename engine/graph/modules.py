@@ -267,8 +267,13 @@ class HeadNorm(Module):
         heads = sum(count for _, count in groups)
         self.weight = Param((heads, width), "norm", parts=parts, dtype=dtype)
 
-    def __call__(self, ctx: BuildContext, x: ir.Value) -> ir.Value:
-        normed = rms_norm(ctx, x, None, self.width, dtype=self.dtype)
+    def __call__(self, ctx: BuildContext, x: ir.Value, zeros: ir.Value | None = None) -> ir.Value:
+        """``x``: [..., heads, D]; or, with ``zeros`` (a zero skip of its shape), the heads
+        as rows [B, S * heads, D]. The result is [..., heads, D] either way."""
+        normed = rms_norm(ctx, x, None, self.width, dtype=self.dtype, zeros=zeros)
+        if zeros is not None:
+            heads = self.weight.shape[0]
+            normed = ctx.op.Reshape(normed, ctx.ints([0, -1, heads, self.width]))
         return ctx.op.Mul(normed, ctx.param(self.weight.name))
 
 

@@ -21,7 +21,14 @@ import onnx_ir as ir
 
 from engine.graph import attention as attn
 from engine.graph import static_attention as sattn
-from engine.graph.components import embedding, lm_head, skip_rms_norm, softcap
+from engine.graph.components import (
+    embedding,
+    lm_head,
+    skip_norms,
+    skip_rms_norm,
+    softcap,
+    zero_rows,
+)
 from engine.graph.context import BuildContext
 from engine.graph.modules import (
     Embedding,
@@ -152,18 +159,18 @@ class Attention(Module):
 
         def finish(value: ir.Value, heads: bool, count: int, norm: RMSNorm | None) -> ir.Value:
             """Through the per-head norm (if any), flat again: [B, S, count * D]."""
-            if norm is not None:
-                if not heads:
-                    value = op.Reshape(value, ctx.ints([0, 0, count, dim]))
-                value, heads = norm(ctx, value), True
-            return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
+            if norm is None:
+                return op.Reshape(value, ctx.ints([0, 0, count * dim])) if heads else value
+            rows, zeros = state.head_rows(ctx, value, heads, count, dim)
+            flat = [0, -1 if zeros is not None else 0, count * dim]
+            return op.Reshape(norm(ctx, rows, zeros), ctx.ints(flat))
 
         if self._packed and not self._split_qkv:
             qkv = self.qkv_proj(ctx, x)
             if self._qk_norm:  # q, k and v normed: one norm over all their heads
                 count = heads + 2 * kv_heads
-                qkv = self.qkv_norm(ctx, op.Reshape(qkv, ctx.ints([0, 0, count, dim])))
-                qkv = op.Reshape(qkv, ctx.ints([0, 0, count * dim]))
+                rows, zeros = state.head_rows(ctx, qkv, False, count, dim)
+                qkv = op.Reshape(self.qkv_norm(ctx, rows, zeros), ctx.ints([0, 0, count * dim]))
             past_key, past_value = state.past[spec.kv_cache_index(layer.index)]
             out, present_key, present_value = attn.gqa(
                 ctx, layer, state.inputs, qkv, None, None, past_key, past_value, packed=True
@@ -333,6 +340,7 @@ class DecoderState:
         self.presents = {}
         self.static = None
         self.zeros = None
+        self._head_zeros: dict[tuple[int, int], ir.Value] = {}
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
             rope = {kind: attn.rope_caches(ctx, kind) for kind in attn.rotary_kinds(spec)}
@@ -341,6 +349,22 @@ class DecoderState:
             return
         make_inputs = attn.gqa_inputs if self.use_gqa else attn.standard_inputs
         self.inputs = make_inputs(ctx, tokens, attention_mask)
+
+    def head_rows(
+        self, ctx: BuildContext, x: ir.Value, heads: bool, count: int, dim: int
+    ) -> tuple[ir.Value, ir.Value | None]:
+        """``x`` ([B, S, count * D], or [B, S, count, D] when ``heads``) as a per-head norm
+        takes it: where the EP norms by a zero skip, the heads as rows [B, S * count, D]
+        with zeros of that shape (one per head count and width, shared by the layers);
+        elsewhere [B, S, count, D] and None."""
+        if not skip_norms(ctx):
+            return (x if heads else ctx.op.Reshape(x, ctx.ints([0, 0, count, dim]))), None
+        rows = ctx.op.Reshape(x, ctx.ints([0, -1, dim]))
+        if (count, dim) not in self._head_zeros:
+            zeros = zero_rows(ctx, rows)
+            assert zeros is not None
+            self._head_zeros[count, dim] = zeros
+        return rows, self._head_zeros[count, dim]
 
 
 # ------------------------------------------------------------------------------ pre-norm decoder

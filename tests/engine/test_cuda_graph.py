@@ -109,15 +109,22 @@ def test_the_cpu_package_still_reads_the_mask_values(checkpoint: Path, tmp_path:
 
 def test_the_cuda_package_computes_what_the_cpu_package_does(checkpoint: Path, tmp_path: Path):
     """The CUDA fp16 package's graph, run on the CPU EP, gives the CPU fp16 package's logits
-    and tokens (both GroupQueryAttention over a shared buffer)."""
+    (to about an fp16 ulp) and tokens (both GroupQueryAttention over a shared buffer)."""
     for ep in ("cpu", "cuda"):
         options = ExportOptions(ep=ep, dtype="fp16", attention="gqa")
         export(tmp_path / ep, model_dir=checkpoint, options=options)
     cpu_tokens, cpu_logits = ort_greedy(tmp_path / "cpu", PROMPT, 24)
     cuda_tokens, cuda_logits = ort_greedy(tmp_path / "cuda", PROMPT, 24)
     assert cuda_tokens == cpu_tokens
-    for a, b in zip(cpu_logits, cuda_logits, strict=True):
-        np.testing.assert_array_equal(a, b)
+    # The CUDA graph's per-head norms are Skip kernels with a zero skip
+    # (EpCapabilities.skip_kernel_norms), which on the CPU EP round a few values the other
+    # way: 2 of 25 steps differ, by at most one fp16 ulp of the step's largest logit (the
+    # rest bit for bit). The bound is two.
+    eps = float(np.finfo(np.float16).eps)
+    pairs = zip(cpu_logits, cuda_logits, strict=True)
+    diffs = [float(np.abs(a - b).max() / (eps * np.abs(a).max())) for a, b in pairs]
+    assert max(diffs) <= 2, diffs
+    assert sum(d > 0 for d in diffs) <= len(diffs) // 4, diffs
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
