@@ -92,10 +92,11 @@ class EpCapabilities:
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
     per-node cost dominates (WebGPU)."""
     skip_kernel_norms: bool = False
-    """The decoder's plain RMSNorms over the hidden size run as
-    SkipSimplifiedLayerNormalization with a zero skip (one ConstantOfShape per graph, shared;
-    ``x + 0`` is ``x`` exactly). onnxruntime-gpu 1.31.1 on the H200 (CUPTI, E2B at decode):
-    its Skip kernel takes 1.7 us where its RMSNormalization kernel takes 2.9 us."""
+    """The decoder's plain RMSNorms (over the hidden size, and the per-head q/k/v norms as
+    rows ``[B, S * heads, D]``) run as SkipSimplifiedLayerNormalization with a zero skip (one
+    ConstantOfShape per shape, shared by the layers; ``x + 0`` is ``x`` exactly).
+    onnxruntime-gpu 1.31.1 on the H200 (CUPTI, E2B at decode): its Skip kernel takes 1.7 us
+    where its RMSNormalization kernel takes 2.9 us."""
     packed_qkv: bool = False
     """A KV-owning layer projects q, k and v as one MatMul / MatMulNBits whose output
     GroupQueryAttention takes packed (its key and value inputs left out): one GEMV at decode
