@@ -131,9 +131,9 @@ out["top_kernels"] = [
 grids = collections.defaultdict(lambda: [0, 0.0])  # GEMV / GEMM launches by kernel and grid
 for e in events:
     if any(key in e["name"] for key in ("MatMul", "nvjet", "gemv", "gemm")):
-        grid = e.get("args", {}).get("grid")
-        grids[(e["name"][:70], str(grid))][0] += 1
-        grids[(e["name"][:70], str(grid))][1] += float(e.get("dur", 0))
+        launches = grids[(e["name"][:70], str(e.get("args", {}).get("grid")))]
+        launches[0] += 1
+        launches[1] += float(e.get("dur", 0))
 out["matmul_grids"] = [
     {"kernel": name, "grid": grid, "per_token": round(n / steps, 1),
      "us_each": round(t / n, 2), "us_per_token": round(t / steps, 1)}

@@ -28,12 +28,12 @@ def rms_norm(
     """RMSNorm over the last axis (``weight=None``: no scale, as Gemma 4's value norm);
     ``eps`` defaults to the text model's; ``dtype`` is the float dtype of ``x`` and the
     scale when it is not the package's (an fp32 attention core). ``zeros``: a zero tensor
-    of ``x``'s shape (:func:`zero_rows`); where the EP's Skip kernel is its faster norm
-    (``EpCapabilities.skip_kernel_norms``) the norm is ``Skip(x, zeros)``."""
+    of ``x``'s shape (:func:`zero_rows`, which makes one only where the EP's Skip kernel is
+    its faster norm): the norm is then ``Skip(x, zeros)``."""
     eps = ctx.spec.rms_norm_eps if eps is None else eps
     compute = ir_dtype(dtype) if dtype is not None else ctx.dtype
     scale = _norm_scale(ctx, weight, width, compute)
-    if zeros is not None and dtype is None and skip_norms(ctx):
+    if zeros is not None and dtype is None:
         return ctx.ms.SkipSimplifiedLayerNormalization(x, zeros, scale, epsilon=eps)
     if ctx.caps.rms_norm_op == "RMSNormalization":
         return ctx.op.RMSNormalization(x, scale, axis=-1, epsilon=eps, stash_type=1)
@@ -75,8 +75,7 @@ def skip_norms(ctx: BuildContext) -> bool:
 
 def zero_rows(ctx: BuildContext, like: ir.Value) -> ir.Value | None:
     """Zeros of ``like``'s shape in the activation dtype, for :func:`rms_norm`'s ``zeros``
-    (one per graph: every hidden-size norm of a decoder shares it); None where the EP norms
-    without a skip."""
+    (one per shape: the layers share it); None where the EP norms without a skip."""
     if not skip_norms(ctx):
         return None
     zero = ir.tensor(np.zeros(1, dtype=ctx.np_dtype))

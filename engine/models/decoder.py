@@ -313,10 +313,6 @@ class DecoderState:
     use_gqa: bool
     static: sattn.StaticInputs | None
     kv_dtype: ir.DataType
-    zeros: ir.Value | None
-    """Zeros of the hidden stream's shape for the norms that take a zero skip
-    (:func:`~engine.graph.components.zero_rows`; set by the decoder from its embeddings),
-    None where the EP norms without one."""
 
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
@@ -339,8 +335,7 @@ class DecoderState:
             )
         self.presents = {}
         self.static = None
-        self.zeros = None
-        self._head_zeros: dict[tuple[int, int], ir.Value] = {}
+        self._zeros: dict[object, ir.Value | None] = {}
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
             rope = {kind: attn.rope_caches(ctx, kind) for kind in attn.rotary_kinds(spec)}
@@ -350,21 +345,25 @@ class DecoderState:
         make_inputs = attn.gqa_inputs if self.use_gqa else attn.standard_inputs
         self.inputs = make_inputs(ctx, tokens, attention_mask)
 
+    def zeros(self, ctx: BuildContext, key: object, like: ir.Value) -> ir.Value | None:
+        """The zero skip of the norms whose inputs are shaped as ``like``
+        (:func:`~engine.graph.components.zero_rows`), made on first use of ``key`` and shared
+        by every layer after; None where the EP norms without one."""
+        if key not in self._zeros:
+            self._zeros[key] = zero_rows(ctx, like)
+        return self._zeros[key]
+
     def head_rows(
         self, ctx: BuildContext, x: ir.Value, heads: bool, count: int, dim: int
     ) -> tuple[ir.Value, ir.Value | None]:
         """``x`` ([B, S, count * D], or [B, S, count, D] when ``heads``) as a per-head norm
         takes it: where the EP norms by a zero skip, the heads as rows [B, S * count, D]
-        with zeros of that shape (one per head count and width, shared by the layers);
-        elsewhere [B, S, count, D] and None."""
+        with zeros of that shape (one per head count and width); elsewhere [B, S, count, D]
+        and None."""
         if not skip_norms(ctx):
             return (x if heads else ctx.op.Reshape(x, ctx.ints([0, 0, count, dim]))), None
         rows = ctx.op.Reshape(x, ctx.ints([0, -1, dim]))
-        if (count, dim) not in self._head_zeros:
-            zeros = zero_rows(ctx, rows)
-            assert zeros is not None
-            self._head_zeros[count, dim] = zeros
-        return rows, self._head_zeros[count, dim]
+        return rows, self.zeros(ctx, (count, dim), rows)
 
 
 # ------------------------------------------------------------------------------ pre-norm decoder

@@ -24,7 +24,6 @@ from engine.graph.components import (
     skip_rms_norm,
     softcap,
     split_even,
-    zero_rows,
 )
 from engine.graph.context import BuildContext
 from engine.graph.modules import Embedding, GatedMLP, Linear, Module, Param, RMSNorm
@@ -78,8 +77,9 @@ class DecoderLayer(Module):
             x, hidden = stream.normed(ctx, self.input_layernorm)
         else:
             x, hidden = self.input_layernorm(ctx, stream), stream
-        zeros = state.zeros
-        out = self.post_attention_layernorm(ctx, self.self_attn(ctx, x, state), zeros)
+        out = self.self_attn(ctx, x, state)
+        zeros = state.zeros(ctx, "hidden", out)  # [B, S, H], as every norm of the stream
+        out = self.post_attention_layernorm(ctx, out, zeros)
         norm = self.pre_feedforward_layernorm
         assert norm.weight is not None
         x, hidden = skip_rms_norm(ctx, out, hidden, norm.weight.name, norm.width)
@@ -273,7 +273,6 @@ class TextDecoder(Module):
             "attention_mask", ids_dtype, ["batch_size", "total_sequence_length"]
         )
         state = DecoderState(ctx, attention_mask, tokens)
-        state.zeros = zero_rows(ctx, hidden)
         stream: ir.Value | Residual = hidden
         for layer in self.layers:
             layer_input = per_layer[layer._index] if per_layer is not None else None
