@@ -246,13 +246,32 @@ def _plan_weight(
         return result(whole, note=kept_float)
     limit = limits.buffer
     if role == "ple_table":
-        # One [V, D] table per layer: the natural cut of the fused [V, L*D] table.
-        num = w.shape[1] // _ple_dim(w)
-        return result(
-            make(1, _even_bounds(w.shape[1], num)),
-            1,
-            f"fused table split into {num} per-layer tables",
+        # Whole layers' [V, D] tables, as many to a piece as fit: each piece is one gather
+        # per step, so fewer pieces are fewer kernels (E2B's INT4 table on WebGPU: 9
+        # pieces of 4 layers where one per layer made 35). One layer is the least a piece
+        # holds, whatever the limit.
+        dim = _ple_dim(w)
+        layers = w.shape[1] // dim
+        # 4-bit pieces keep an even number of blocks per row where the EP needs it.
+        odd_blocks = (
+            block is not None
+            and bits == 4
+            and not options.caps.gbq_odd_4bit_blocks
+            and (dim // block) % 2 == 1
         )
+        unit = 2 if odd_blocks else 1
+
+        def fits(n: int) -> bool:
+            whole_units = n % unit == 0 and (layers % n) % unit == 0
+            return whole_units and not limits.exceeded(make(1, [(0, n * dim)])[0].largest_buffer)
+
+        per_piece = max((n for n in range(1, layers + 1) if fits(n)), default=1)
+        bounds = [
+            (start * dim, min(start + per_piece, layers) * dim)
+            for start in range(0, layers, per_piece)
+        ]
+        what = "per-layer tables" if per_piece == 1 else f"tables of up to {per_piece} layers"
+        return result(make(1, bounds), 1, f"fused table split into {len(bounds)} {what}")
     if role == "embedding":
         # Split along the hidden axis: each piece is gathered and the rows concatenated,
         # which needs no index arithmetic and stays graph-capture safe. Pieces keep

@@ -67,10 +67,10 @@ def test_chosen_inputs_survive_a_restart_and_name_the_output_folder():
 
 def test_embedding_block_sizes_follow_what_the_eps_kernels_read():
     """WebGPU reads 4-bit embedding rows of an even block count only: with tables split
-    into 32-column pieces, 32 is ruled out there (not on the CPU), and "same as weights"
-    (32) moves to 16, said in a note."""
+    into 32-column pieces (one layer each: two take 16 KiB of codes), 32 is ruled out there
+    (not on the CPU), and "same as weights" (32) moves to 16, said in a note."""
     tiny = load_preset("gemma4-tiny")
-    small = 16 * 1024
+    small = 8 * 1024
     webgpu = ExportOptions(ep="webgpu", embedding_bits=4, max_buffer_size=small)
     constraints = model_constraints(tiny, webgpu)
     assert "odd count" in (constraints.reason("embedding_block_size", 32) or "")

@@ -179,14 +179,14 @@ class PerLayerInputs(Module):
         return op.Mul(op.Add(self._projected(ctx, embeds), rows), ctx.scalar(0.5**0.5))
 
     def per_layer(self, ctx: BuildContext, ids: ir.Value, embeds: ir.Value) -> list[ir.Value]:
-        """One [B, S, D] input per layer. A table split into per-layer pieces is gathered
-        piece by piece and the rows concatenated, so the arithmetic runs once over all
-        layers; the result is split per layer without Slice / Squeeze (graph capture)."""
+        """One [B, S, D] input per layer. A table split into pieces of whole layers is
+        gathered piece by piece and the rows concatenated, so the arithmetic runs once over
+        all layers; the result is split per layer without Slice / Squeeze (graph capture)."""
         op, spec = ctx.op, ctx.spec
         table = ctx.weight(self.embed_tokens_per_layer.weight.name)
-        if table.split_axis == 1 and len(table.pieces) == spec.num_layers:
+        if table.split_axis == 1:
             width = spec.num_layers * spec.ple_dim
-            pieces = [gather_rows(ctx, table, ids, i) for i in range(spec.num_layers)]
+            pieces = [gather_rows(ctx, table, ids, i) for i in range(len(table.pieces))]
             rows = scale_rows(ctx, op.Concat(*pieces, axis=-1), table)
             projected = op.Reshape(self._projected(ctx, embeds), ctx.ints([0, 0, width]))
             combined = op.Mul(op.Add(projected, rows), ctx.scalar(0.5**0.5))
