@@ -119,7 +119,11 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
 
     from engine.runtime.bench import bench_prompt
     from engine.runtime.generation import Generation
+    from engine.runtime.plugins import register_genai
 
+    # The WebGPU plugin EP registers its library with genai (onnxruntime-webgpu 1.27 has
+    # the provider built in: nothing to register).
+    plugin = args.ep == "webgpu" and register_genai("WebGpuExecutionProvider")
     package = Path(args.package)
     config_json = json.loads((package / "genai_config.json").read_text())
     search = config_json.get("search", {})
@@ -129,6 +133,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "package": str(package),
         "onnxruntime_genai": getattr(og, "__version__", None),
+        "webgpu_plugin": plugin,
         "default_max_length": default_length,
         "past_present_share_buffer": search.get("past_present_share_buffer"),
         "package_provider_options": _provider_options(config_json, provider) if provider else None,

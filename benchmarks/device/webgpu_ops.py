@@ -9,7 +9,11 @@ drops out. Cases:
 * ``elementwise`` / ``rmsnorm``: the per-kernel floor (Add, RMSNormalization on [1, H]);
 * ``attention/<variant>@T,D``: one decode step of attention (8 heads over one KV head of
   T slots, fp32): the scores as an Einsum + Add of the mask (what the decoder has), as
-  Gemm(q, K, transB, C = mask), or MatMul(K, q^T) + Transpose; then Softmax and P @ V;
+  Gemm(q, K, transB, C = mask), or MatMul(K, q^T) + Transpose; then Softmax and P @ V,
+  one MatMul or (``gemm_splitpvG``) G partial products over slices of T, P's rows
+  transposed to [G, N, T / G], a batched MatMul with V as [G, T / G, D] and a ReduceSum
+  (``gemm_bcastpvG``: P as [N, G, 1, T / G] broadcast against V, no Transpose;
+  ``gemm_chunkpvG``: P and V split into G chunks of T, any T, G MatMuls and a Sum);
 * ``mlp/<variant>``: H -> F -> H projections at E2B's widths as MatMulNBits (block size,
   accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
   (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
@@ -20,7 +24,8 @@ drops out. Cases:
 
     python benchmarks/device/webgpu_ops.py [--tiny] [--repeats 9] [--replays 200]
 
-Run it in the WebGPU environment (onnxruntime-webgpu); prints one JSON object.
+Runs on this interpreter's WebGPU runtime (the onnxruntime-ep-webgpu plugin, or
+onnxruntime-webgpu 1.27); prints one JSON object.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ import numpy as np
 
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "webgpu"))
 
+import webgpu_ort
 from onnx import TensorProto, helper, numpy_helper
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -91,8 +98,9 @@ def _model(block: Block, repeats: int, x_shape: list[int], dtype: int, seed: int
     return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 
 
-def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
-    """Seconds per replay of ``model`` under graph capture, inputs and output on device."""
+def _replay_seconds(model: bytes, x: np.ndarray, replays: int, capture: bool = True) -> float:
+    """Seconds per run of ``model``, inputs and output on device: replays under graph
+    capture, or (``capture=False``) plain runs, each kernel dispatched by the host."""
     import onnxruntime as ort
 
     from engine.runtime.device_io import StaticTensors
@@ -100,11 +108,12 @@ def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    session = ort.InferenceSession(
-        model,
-        options,
-        providers=[("WebGpuExecutionProvider", {"enableGraphCapture": "1"})],
+    # onnxruntime-webgpu 1.27's provider or the onnxruntime-ep-webgpu plugin, whichever
+    # this interpreter has: both read the switch from the session config.
+    options.add_session_config_entry(
+        "ep.webgpuexecutionprovider.enableGraphCapture", "1" if capture else "0"
     )
+    session = webgpu_ort.session(model, options)
     tensors = StaticTensors(
         {"x": (x.shape, x.dtype), "y": (x.shape, x.dtype)}, "webgpu", "WebGpuExecutionProvider"
     )
@@ -125,11 +134,14 @@ def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
     return statistics.median(runs)
 
 
-def measure(block: Block, x: np.ndarray, dtype: int, repeats: int, replays: int) -> dict:
+def measure(
+    block: Block, x: np.ndarray, dtype: int, repeats: int, replays: int, capture: bool = True
+) -> dict:
     """Microseconds per block: the slope between a chain of 1 and one of ``repeats``."""
     times = {}
     for r in (1, repeats):
-        times[r] = _replay_seconds(_model(block, r, list(x.shape), dtype, seed=r), x, replays)
+        model = _model(block, r, list(x.shape), dtype, seed=r)
+        times[r] = _replay_seconds(model, x, replays, capture)
     return {
         "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
         "us_chain_1": round(1e6 * times[1], 2),
@@ -176,7 +188,30 @@ def attention(variant: str, heads: int, length: int, dim: int) -> Block:
             kq = c.node("MatMul", [k2, c.node("Transpose", [q2], perm=[1, 0])])
             scores = c.node("Add", [c.node("Transpose", [kq], perm=[1, 0]), bias])
         probs = c.node("Softmax", [scores], axis=-1)
-        out = c.node("Gemm" if variant == "gemm_pv" else "MatMul", [probs, v2])
+        if variant.startswith("gemm_splitpv"):  # P @ V as G partial products over T, summed
+            groups = int(variant[len("gemm_splitpv") :])
+            shape = np.array([heads, groups, length // groups], np.int64)
+            parts = c.node("Transpose", [c.node("Reshape", [probs, c.init(shape)])], perm=[1, 0, 2])
+            v3 = c.node("Reshape", [v2, c.init(np.array([groups, -1, dim], np.int64))])
+            partial = c.node("MatMul", [parts, v3])  # [G, N, D]
+            out = c.node("ReduceSum", [partial, c.init(np.array([0], np.int64))], keepdims=0)
+        elif variant.startswith("gemm_bcastpv"):  # the same, P's rows broadcast (no Transpose)
+            groups = int(variant[len("gemm_bcastpv") :])
+            shape = np.array([heads, groups, 1, length // groups], np.int64)
+            parts = c.node("Reshape", [probs, c.init(shape)])
+            v3 = c.node("Reshape", [v2, c.init(np.array([groups, -1, dim], np.int64))])
+            partial = c.node("MatMul", [parts, v3])  # [N, G, 1, D]
+            out = c.node("ReduceSum", [partial, c.init(np.array([1, 2], np.int64))], keepdims=0)
+        elif variant.startswith("gemm_chunkpv"):  # G chunks of T (any T), G MatMuls, a Sum
+            groups = int(variant[len("gemm_chunkpv") :])
+            names = [c.name("chunk") for _ in range(groups)]
+            c.nodes.append(helper.make_node("Split", [probs], names, axis=-1, num_outputs=groups))
+            rows = [c.name("rows") for _ in range(groups)]
+            c.nodes.append(helper.make_node("Split", [v2], rows, axis=0, num_outputs=groups))
+            products = [c.node("MatMul", [a, b]) for a, b in zip(names, rows, strict=True)]
+            out = c.node("Sum", products)
+        else:
+            out = c.node("Gemm" if variant == "gemm_pv" else "MatMul", [probs, v2])
         return c.node("Reshape", [out, c.init(np.array([1, 1, heads, dim], np.int64), "shape")])
 
     return block
@@ -263,7 +298,11 @@ def cases(tiny: bool) -> dict[str, tuple[Block, np.ndarray, int]]:
         out[f"rmsnorm/{name}"] = (rmsnorm(dtype, hidden), x, dtype)
     for length, dim in lengths:
         q = rng.standard_normal((1, 1, 8, dim)).astype(np.float32)
-        for variant in ("einsum", "gemm", "gemm_pv", "matmul_t"):
+        splits = (2, 4, 8) if length <= 512 else (4, 8, 16, 32)
+        variants = ["einsum", "gemm", "gemm_pv", "matmul_t"]
+        variants += [f"gemm_splitpv{g}" for g in splits] + [f"gemm_bcastpv{g}" for g in splits]
+        variants += [f"gemm_chunkpv{g}" for g in (2, 4, 7)]
+        for variant in variants:
             out[f"attention/{variant}@{length},{dim}"] = (
                 attention(variant, 8, length, dim),
                 q,
@@ -310,6 +349,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--only", default="", help="run cases whose name contains this")
+    parser.add_argument(
+        "--capture",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="0: plain runs, each kernel dispatched by the host (what capture saves)",
+    )
     args = parser.parse_args()
     import onnxruntime as ort
 
@@ -318,6 +364,8 @@ def main() -> None:
         "onnxruntime": ort.__version__,
         "repeats": args.repeats,
         "replays": args.replays,
+        "capture": bool(args.capture),
+        "runtime": webgpu_ort.runtime(),
         "tiny": args.tiny,
         "cases": {},
     }
@@ -329,7 +377,7 @@ def main() -> None:
             repeats = args.repeats
             if name.startswith(("mlp/", "head/", "pair/")):
                 repeats = min(repeats, 3 if name.startswith("head/") else 5)
-            result = measure(block, x, dtype, repeats, args.replays)
+            result = measure(block, x, dtype, repeats, args.replays, bool(args.capture))
         except Exception as exc:
             result = {"error": str(exc).splitlines()[0][:300]}
         result["seconds"] = round(time.perf_counter() - started, 1)
