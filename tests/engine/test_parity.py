@@ -68,6 +68,25 @@ def test_webgpu_lowering_matches_transformers_on_the_cpu_ep(
     assert tokens == ref_tokens
 
 
+def test_webgpu_per_layer_tables_in_uneven_pieces_match_transformers(tiny_models, tmp_path: Path):
+    """The per-layer table gathered two layers to a piece, the last piece one layer (the
+    buffer limit holds two layers' tables), rows concatenated: the same model as
+    transformers, run on the CPU EP."""
+    model_dir, model = tiny_models.get("mqa")
+    one_layer = 320 * 16 * 4  # the mqa table: 320 rows of 16 fp32 values per layer
+    options = ExportOptions(ep="webgpu", dtype="fp32", max_buffer_size=2 * one_layer, force=True)
+    out = tmp_path / "pkg"
+    result = export(out, model_dir=model_dir, options=options)
+    table = result.plan.decoder.weight("embed_tokens_per_layer.weight")
+    assert [(p.stop - p.start) // 16 for p in table.pieces] == [2, 2, 1]
+
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)
+    diffs = [float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)]
+    assert max(diffs) <= 1.5e-4, f"max abs logit diff per step: {diffs}"
+    assert tokens == ref_tokens
+
+
 @pytest.mark.parametrize(
     "options",
     [
