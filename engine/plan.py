@@ -260,12 +260,12 @@ def _plan_weight(
             and (dim // block) % 2 == 1
         )
         unit = 2 if odd_blocks else 1
-
-        def fits(n: int) -> bool:
-            whole_units = n % unit == 0 and (layers % n) % unit == 0
-            return whole_units and not limits.exceeded(make(1, [(0, n * dim)])[0].largest_buffer)
-
-        per_piece = max((n for n in range(1, layers + 1) if fits(n)), default=1)
+        per_piece = 1
+        for n in range(2, layers + 1):  # a piece's largest buffer grows with its layers
+            if limits.exceeded(make(1, [(0, n * dim)])[0].largest_buffer):
+                break
+            if n % unit == 0 and (layers % n) % unit == 0:
+                per_piece = n
         bounds = [
             (start * dim, min(start + per_piece, layers) * dim)
             for start in range(0, layers, per_piece)

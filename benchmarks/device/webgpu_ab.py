@@ -18,6 +18,7 @@ after every stage; ``summary`` has decode tok/s per package, length and round.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -60,8 +61,6 @@ def _child(
 
 
 def _last_json(text: str) -> Any:
-    import json
-
     for line in reversed(text.splitlines()):
         try:
             return json.loads(line)

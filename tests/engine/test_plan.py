@@ -53,6 +53,15 @@ def test_webgpu_per_layer_tables_split_exactly(
     assert all(piece.largest_buffer <= 128 * MiB for piece in table.pieces)
 
 
+def test_directml_per_layer_table_in_pieces_of_its_4_gib_buffers():
+    """DirectML allows 4 GiB buffers and has no binding limit: E2B's fp16 table (35 x 128
+    MiB) is one piece of 32 layers and one of 3."""
+    p = plan(load_preset("gemma4-e2b"), ExportOptions(ep="dml", modalities=TEXT))
+    table = p.decoder.weight("embed_tokens_per_layer.weight")
+    assert [(piece.stop - piece.start) // 256 for piece in table.pieces] == [32, 3]
+    assert max(piece.largest_buffer for piece in table.pieces) == 4 * 1024 * MiB
+
+
 def test_e2b_fused_table_and_token_embedding_fp16():
     cpu = plan(load_preset("gemma4-e2b"), ExportOptions(ep="cuda", modalities=TEXT))
     assert cpu.decoder.weight("embed_tokens_per_layer.weight").nbytes == 4_697_620_480
