@@ -303,9 +303,10 @@ def ep_summary(caps: EpCapabilities) -> str:
         else "no buffer limit"
     )
     quantized = [op for op in ("MatMulNBits", "GatherBlockQuantized") if caps.supports(op)]
-    return (
+    summary = (
         f"{caps.display_name} ({caps.ort_provider}): activations "
         f"{' or '.join(caps.float_dtypes)}; {limit}; graph capture "
         f"{'available' if caps.graph_capture else 'not available'}; quantized ops: "
         f"{', '.join(quantized) or 'none'}"
     )
+    return f"{summary}. {caps.untested_note()}." if caps.untested else summary

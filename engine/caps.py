@@ -146,6 +146,9 @@ class EpCapabilities:
     EP (None: no limit). Its Gemma 4 vision loop slices one ``image_features`` buffer per
     image by pointer arithmetic on the buffer's address; a WebGPU buffer is a handle, so a
     second image kills the process (SIGSEGV, measured on lavapipe)."""
+    untested: str = ""
+    """Why packages for this EP have never run on its hardware in this project (said
+    wherever the EP is chosen: plan, build, the studio); empty where they were measured."""
     rms_norm_op: str = "RMSNormalization"
     """How RMSNorm is expressed: ``RMSNormalization`` (ONNX opset 23), the contrib
     ``SimplifiedLayerNormalization`` (faster on some EPs, but unknown to onnx.checker),
@@ -153,6 +156,13 @@ class EpCapabilities:
 
     def supports(self, op: str) -> bool:
         return op in self.fused_ops
+
+    def untested_note(self) -> str:
+        """The sentence users see about an EP whose packages never ran on its hardware
+        ("" for the others)."""
+        if not self.untested:
+            return ""
+        return f"{self.display_name} packages are untested on real hardware: {self.untested}"
 
     def has_kernel(self, op: str, dtype: str) -> bool:
         """Whether ``op`` on ``dtype`` data (an ONNX type name, any case) runs on the EP."""
@@ -276,6 +286,10 @@ _REGISTRY: dict[str, EpCapabilities] = {
             host_total_length=True,
             io_device="dml",
             install_hint="install onnxruntime-directml on Windows",
+            untested=(
+                "DirectML runs on Windows only, and no Windows machine was available; the "
+                "packages are built and checked, never run on DirectML"
+            ),
         ),
         EpCapabilities(
             name="trt-rtx",
@@ -292,6 +306,13 @@ _REGISTRY: dict[str, EpCapabilities] = {
             host_total_length=True,
             io_device="cuda",
             install_hint="install onnxruntime with the TensorRT-RTX EP",
+            # onnxruntime-ep-nv-tensorrt-rtx-cu13 0.5.0 registers beside onnxruntime 1.32 on
+            # the lent H200 and lists no device there (shared/device/README.md).
+            untested=(
+                "TensorRT for RTX needs a GeForce RTX or RTX PRO GPU and none was available "
+                "(it offers no device on an H200); the packages are built and checked, never "
+                "run on TensorRT-RTX"
+            ),
         ),
     )
 }

@@ -59,6 +59,8 @@ def plan_notes(export_plan: ExportPlan) -> list[str]:
     """What the user should know about a plan they may still export (option markup kept)."""
     notes = []
     options, spec = export_plan.options, export_plan.spec
+    if export_plan.caps.untested:
+        notes.append(export_plan.caps.untested_note())
     if options.max_length is not None and options.max_length > export_plan.context_length:
         notes.append(
             f"{option('max_length', f'{options.max_length:,}')} is longer than the model's "

@@ -312,9 +312,11 @@ class TargetPanel(QGroupBox):
             self.overwrite.setChecked(self._state.overwrite)
 
     def _show_note(self, *_: Any) -> None:
-        """What the state adjusted, and a size budget in the box that the choices leave
-        unused."""
-        text = " ".join(n for n in (self._state.adjustment, self._unused_budget()) if n)
+        """What the state adjusted, a size budget in the box that the choices leave unused,
+        and an EP whose packages never ran on its hardware."""
+        untested = get_caps(self._state.options.ep).untested_note()
+        parts = (self._state.adjustment, self._unused_budget(), f"{untested}." if untested else "")
+        text = " ".join(n for n in parts if n)
         self.note.setText(f"{NOTE_MARK} {text}" if text else "")
         self.note.setVisible(bool(text))
 

@@ -392,3 +392,20 @@ def test_calibrated_quantizers_are_offered_for_checkpoints_only(
     window.state.set_source(ModelSource("preset", "gemma4-tiny"))
     assert window.state.options.quant_method == "rtn"
     assert "a preset has none" in window.state.adjustment
+
+
+@pytest.mark.parametrize("ep", ["trt-rtx", "dml"])
+def test_an_ep_never_run_on_its_hardware_says_so_under_the_form(
+    qtbot, window: MainWindow, screens, ep
+):
+    """TensorRT-RTX and DirectML packages build and pass the graph checks but never ran on
+    their hardware here: the form says so while one is chosen, and its item's tooltip too."""
+    panel = window.target_panel
+    index = find_data(panel.ep, ep)
+    assert "untested on real hardware" in panel.ep.itemData(index, Qt.ItemDataRole.ToolTipRole)
+    _choose(panel.ep, ep)
+    qtbot.waitUntil(lambda: "untested on real hardware" in panel.note.text())
+    assert panel.note.isVisibleTo(window)
+    screens(window, f"untested-ep-{ep}")
+    _choose(panel.ep, "cuda")
+    qtbot.waitUntil(lambda: "untested" not in panel.note.text())

@@ -169,3 +169,26 @@ def test_an_address_space_limit_counts_as_the_memory_available(tmp_path: Path):
     assert done.stderr.startswith("error: writing rope.full.cos_cache needs at least 2.1 GiB")
     assert "only 1.5 GiB is available to this process" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long"]
+
+
+@pytest.mark.parametrize(("ep", "measured"), [("trt-rtx", False), ("dml", False), ("cuda", True)])
+def test_plan_and_build_say_when_an_eps_packages_never_ran_on_its_hardware(
+    tmp_path: Path, ep: str, measured: bool
+):
+    done = cli("plan", "--preset", "gemma4-tiny", "--ep", ep)
+    assert done.returncode == 0, done.stderr
+    said = [n for n in done.stdout.splitlines() if "untested on real hardware" in n]
+    assert (not said) if measured else said[0].startswith("note: ")
+    built = cli(
+        "build",
+        "--preset",
+        "gemma4-tiny",
+        "--random-weights",
+        "--ep",
+        ep,
+        "--json",
+        str(tmp_path / "pkg"),
+    )
+    assert built.returncode == 0, built.stderr
+    notes = json.loads(built.stdout)["notes"]
+    assert any("untested on real hardware" in n for n in notes) is not measured
