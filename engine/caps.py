@@ -157,6 +157,11 @@ class EpCapabilities:
     def supports(self, op: str) -> bool:
         return op in self.fused_ops
 
+    def even_gbq_blocks(self, bits: int | None) -> bool:
+        """GatherBlockQuantized rows of ``bits`` need an even block count here (see
+        :attr:`gbq_odd_4bit_blocks`)."""
+        return bits == 4 and not self.gbq_odd_4bit_blocks
+
     def untested_note(self) -> str:
         """The sentence users see about an EP whose packages never ran on its hardware
         ("" for the others)."""

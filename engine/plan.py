@@ -253,13 +253,8 @@ def _plan_weight(
         dim = _ple_dim(w)
         layers = w.shape[1] // dim
         # 4-bit pieces keep an even number of blocks per row where the EP needs it.
-        odd_blocks = (
-            block is not None
-            and bits == 4
-            and not options.caps.gbq_odd_4bit_blocks
-            and (dim // block) % 2 == 1
-        )
-        unit = 2 if odd_blocks else 1
+        odd_blocks = block is not None and (dim // block) % 2 == 1
+        unit = 2 if odd_blocks and options.caps.even_gbq_blocks(bits) else 1
         per_piece = 1
         for n in range(2, layers + 1):  # a piece's largest buffer grows with its layers
             if limits.exceeded(make(1, [(0, n * dim)])[0].largest_buffer):
@@ -276,7 +271,7 @@ def _plan_weight(
         # Split along the hidden axis: each piece is gathered and the rows concatenated,
         # which needs no index arithmetic and stays graph-capture safe. Pieces keep
         # whole quantization blocks (an even number of 4-bit ones where the EP needs it).
-        unit = (block or 1) * (1 if options.caps.gbq_odd_4bit_blocks or bits != 4 else 2)
+        unit = (block or 1) * (2 if options.caps.even_gbq_blocks(bits) else 1)
         count = _split_count(w.shape[1], whole[0].largest_buffer, limit, unit=unit)
         if count is None:
             return result(whole, note="no even split of the hidden axis fits the limit")
@@ -418,7 +413,7 @@ def _check_gbq_blocks(wp: WeightPlan, options: ExportOptions) -> None:
     """Refuse 4-bit GatherBlockQuantized rows with an odd block count on EPs that cannot
     read them (their zero points end in a padding nibble)."""
     caps = options.caps
-    if caps.gbq_odd_4bit_blocks or wp.storage != "gbq" or wp.bits != 4 or wp.block_size is None:
+    if not caps.even_gbq_blocks(wp.bits) or wp.storage != "gbq" or wp.block_size is None:
         return
     for piece in wp.pieces:
         width = piece.tensors[0].shape[-1] * 2  # 4-bit codes: two per byte
