@@ -13,7 +13,8 @@ drops out. Cases:
   one MatMul or (``gemm_splitpvG``) G partial products over slices of T, P's rows
   transposed to [G, N, T / G], a batched MatMul with V as [G, T / G, D] and a ReduceSum
   (``gemm_bcastpvG``: P as [N, G, 1, T / G] broadcast against V, no Transpose;
-  ``gemm_chunkpvG``: P and V split into G chunks of T, any T, G MatMuls and a Sum);
+  ``gemm_chunkpvG``: P and V split into G chunks of T, any T, G MatMuls summed by Adds,
+  as the EP has no Sum kernel);
 * ``mlp/<variant>``: H -> F -> H projections at E2B's widths as MatMulNBits (block size,
   accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
   (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
@@ -202,14 +203,16 @@ def attention(variant: str, heads: int, length: int, dim: int) -> Block:
             v3 = c.node("Reshape", [v2, c.init(np.array([groups, -1, dim], np.int64))])
             partial = c.node("MatMul", [parts, v3])  # [N, G, 1, D]
             out = c.node("ReduceSum", [partial, c.init(np.array([1, 2], np.int64))], keepdims=0)
-        elif variant.startswith("gemm_chunkpv"):  # G chunks of T (any T), G MatMuls, a Sum
+        elif variant.startswith("gemm_chunkpv"):  # G chunks of T (any T), G MatMuls, Adds
             groups = int(variant[len("gemm_chunkpv") :])
             names = [c.name("chunk") for _ in range(groups)]
             c.nodes.append(helper.make_node("Split", [probs], names, axis=-1, num_outputs=groups))
             rows = [c.name("rows") for _ in range(groups)]
             c.nodes.append(helper.make_node("Split", [v2], rows, axis=0, num_outputs=groups))
             products = [c.node("MatMul", [a, b]) for a, b in zip(names, rows, strict=True)]
-            out = c.node("Sum", products)
+            out = products[0]
+            for product in products[1:]:  # Add: the WebGPU EP has no Sum kernel
+                out = c.node("Add", [out, product])
         else:
             out = c.node("Gemm" if variant == "gemm_pv" else "MatMul", [probs, v2])
         return c.node("Reshape", [out, c.init(np.array([1, 1, heads, dim], np.int64), "shape")])
