@@ -38,6 +38,10 @@ class LoadCheck:
 def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42)) -> LoadCheck:
     """Open the package's decoder with the CPU EP and run one prefill step.
 
+    The past KV inputs are empty, or, where the package shares its past and present
+    buffers (``search.past_present_share_buffer``: WebGPU's static buffers, GQA's shared
+    ones), zero buffers of ``search.max_length`` slots, as onnxruntime-genai allocates them.
+
     Raises:
         PackageError: The folder is not a package, or the model does not load or run.
     """
@@ -49,6 +53,8 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         filename = str(config["model"]["decoder"]["filename"])
+        search = config.get("search", {})
+        slots = int(search["max_length"]) if search.get("past_present_share_buffer") else 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PackageError(
             f"{package} is not a package: cannot read {config_path.name} ({exc})"
@@ -64,7 +70,7 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
                 feeds[info.name] = np.ones((1, len(prompt)), dtype=int_type)
             elif info.name.startswith("past"):
                 dtype = np.float16 if "float16" in info.type else np.float32
-                feeds[info.name] = np.zeros((1, info.shape[1], 0, info.shape[3]), dtype=dtype)
+                feeds[info.name] = np.zeros((1, info.shape[1], slots, info.shape[3]), dtype=dtype)
             else:
                 raise PackageError(
                     f"{filename} has an input the load check does not know: {info.name}"

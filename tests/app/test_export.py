@@ -329,6 +329,24 @@ def test_export_of_a_checkpoint_folder_verifies_against_transformers(
     _verify_passes(qtbot, window)
 
 
+def test_a_webgpu_package_verifies_in_the_window(qtbot, window: MainWindow, tiny_models, tmp_path):
+    """A WebGPU package's KV inputs are static buffers of ``max_length`` slots (past and
+    present shared): the load check feeds them as genai allocates them, and Verify goes on
+    to transformers (an empty past failed its ScatterElements: "idx=0 must be within the
+    inclusive range [0,-1]")."""
+    from app.load_check import check_package_loads
+
+    model_dir, _ = tiny_models.get("plain")
+    _choose_folder(window, model_dir)
+    window.state.update_options(ep="webgpu")
+    result = _export(qtbot, window, tmp_path / "webgpu")
+    assert result is not None, window.banner.text
+    config = json.loads((tmp_path / "webgpu" / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"]
+    assert "loads in onnxruntime" in check_package_loads(tmp_path / "webgpu").summary
+    _verify_passes(qtbot, window)
+
+
 def _choose_folder(window: MainWindow, model_dir: Path) -> None:
     """Pick a checkpoint folder as a user does: the Folder button, the path, Enter."""
     window.model_panel.kind_buttons.button(1).click()
