@@ -57,14 +57,10 @@ class PackageFacts:
 
     def capture_problem(self, ep: str | None) -> str | None:
         """Why graph capture cannot be benchmarked on ``ep`` (None = the package's), or None."""
+        from engine.runtime.package import capture_problem
+
         caps = get_caps(ep or self.ep)
-        if not caps.graph_capture:
-            return f"{caps.display_name} has no graph capture"
-        if not self.share_buffer:
-            return "the package does not share past/present KV (capture needs one buffer)"
-        if not caps.capture_option:
-            return f"graph capture on {caps.display_name} is not available from Python"
-        return self.eps.get(caps.name)
+        return capture_problem(self.ep, self.share_buffer, caps.name) or self.eps.get(caps.name)
 
 
 def package_facts_job(path: Path, progress: Progress, cancel: CancelToken) -> PackageFacts:

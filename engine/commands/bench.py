@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from engine.commands._args import count, print_json, progress_bar
-from engine.errors import CancelledError
+from engine.errors import CancelledError, OptionsError, option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
+    elif mode in ("on", "both") and (args.ep or package.ep) != package.ep:
+        raise OptionsError(
+            f"graph capture: {package.capture_problem(args.ep)}; "
+            f"or use {option('graph_capture', 'off')}"
+        )
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":
@@ -148,10 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _can_capture(package: Any, ep: str | None) -> bool:
-    from engine.caps import get_caps
-
-    caps = get_caps(ep or package.ep)
-    return caps.graph_capture and package.share_buffer and bool(caps.capture_option)
+    """``auto``: capture where the package was built for it on this EP."""
+    return package.capture_problem(ep) is None
 
 
 def _print_table(results: list[Any], check: Any, error: str | None) -> None:

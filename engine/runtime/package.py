@@ -104,10 +104,38 @@ class Package:
         value = options.get("dtype")
         return value if isinstance(value, str) and value else None
 
+    def capture_problem(self, ep: str | None = None) -> str | None:
+        """Why this package cannot run under graph capture on ``ep`` (None: its own EP), or
+        None (:func:`capture_problem`)."""
+        return capture_problem(self.ep, self.share_buffer, ep)
+
     @property
     def quantized(self) -> bool:
         options = (self.manifest or {}).get("options") or {}
         return bool(options.get("weight_bits") or options.get("embedding_bits"))
+
+
+def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -> str | None:
+    """Why a package built for EP ``built_for`` cannot run under graph capture on ``ep``
+    (None: ``built_for``), or None. Capture replays a graph built for it: the EP must
+    capture (from Python), the KV must be one shared buffer, and the package must have been
+    built for that EP (a CPU package's graph on WebGPU has host nodes and int64 inputs:
+    captured, it gives other tokens than without capture)."""
+    from engine.caps import get_caps
+
+    caps = get_caps(ep or built_for)
+    if not caps.graph_capture:
+        return f"{caps.display_name} has no graph capture"
+    if not share_buffer:
+        return "the package does not share past/present KV (capture needs one buffer)"
+    if not caps.capture_option:
+        return f"graph capture on {caps.display_name} is not available from Python"
+    if caps.name != built_for:
+        return (
+            f"the package was built for {get_caps(built_for).display_name}, not for capture "
+            f"on {caps.display_name}: export it with --ep {caps.name}"
+        )
+    return None
 
 
 def open_package(path: str | os.PathLike[str]) -> Package:

@@ -58,6 +58,11 @@ def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
     item = panel.capture.model().item(panel.capture.findData("both"))
     assert "CPU has no graph capture" in item.toolTip()
     assert panel.capture.currentData() == "off"
+    # on WebGPU too: its graph was not built for capture there (captured, its tokens differ)
+    panel.ep.setCurrentIndex(panel.ep.findData("webgpu"))
+    assert not _enabled(panel.capture, "both")
+    assert "built for CPU" in item.toolTip() and "--ep webgpu" in item.toolTip()
+    panel.ep.setCurrentIndex(panel.ep.findData("cpu"))
     with qtbot.waitSignal(panel.finished, timeout=120_000) as done:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     outcome = done.args[0]

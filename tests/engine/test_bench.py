@@ -195,3 +195,22 @@ def test_bench_cli_refuses_a_folder_that_is_not_a_package(tmp_path: Path):
     result = cli("bench", str(tmp_path))
     assert result.returncode == 2 and "is not a package" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
+    """A CPU package run on WebGPU has host nodes and int64 inputs: captured, its tokens
+    differ from the uncaptured run. ``auto`` runs it without capture; asking for capture
+    says why not and what to do, before anything runs."""
+    from engine.runtime.package import capture_problem, open_package
+
+    opened = open_package(package)
+    assert opened.ep == "cpu" and opened.share_buffer
+    problem = opened.capture_problem("webgpu")
+    assert problem is not None and "built for CPU" in problem and "--ep webgpu" in problem
+    assert capture_problem("webgpu", True, "webgpu") is None
+    assert capture_problem("webgpu", True, None) is None
+    assert "has no graph capture" in str(capture_problem("webgpu", True, "cpu"))
+    result = cli("bench", str(package), "--ep", "webgpu", "--graph-capture", "both", "--quiet")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "built for CPU" in result.stderr and "--graph-capture off" in result.stderr
+    assert "Traceback" not in result.stderr
