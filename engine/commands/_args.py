@@ -82,6 +82,13 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         "--block-size", type=count, default=32, help="quantization block size (default 32)"
     )
     parser.add_argument(
+        "--embedding-block-size",
+        type=count,
+        default=None,
+        metavar="N",
+        help="block size of the quantized embedding tables (default: --block-size)",
+    )
+    parser.add_argument(
         "--symmetric",
         action="store_true",
         help="symmetric quantization (no zero points; faster MatMulNBits on CUDA)",
@@ -197,6 +204,7 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         weight_bits=args.weight_bits,
         embedding_bits=args.embedding_bits,
         block_size=args.block_size,
+        embedding_block_size=args.embedding_block_size,
         symmetric=args.symmetric,
         quant_method=args.quant_method,
         calibration=args.calibration,

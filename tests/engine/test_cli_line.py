@@ -22,6 +22,7 @@ OPTIONS = st.builds(
     weight_bits=st.sampled_from([None, 4, 8]),
     embedding_bits=st.sampled_from([None, 4, 8]),
     block_size=st.sampled_from([16, 32, 64, 128, 256]),
+    embedding_block_size=st.sampled_from([None, 16, 64, 128]),
     symmetric=st.booleans(),
     quant_method=st.sampled_from(["rtn", "search"]),
     quantize_lm_head=st.booleans(),
@@ -67,12 +68,32 @@ def test_defaults_give_the_shortest_line():
     assert line.text == "python -m engine build --preset gemma4-tiny out"
 
 
-def test_options_without_a_flag_are_listed_not_dropped():
+def test_options_without_a_flag_are_listed_not_dropped(monkeypatch):
+    """Every option has a flag today; one whose flag is gone is listed, not dropped."""
+    from engine import cli_line
+
+    parser = cli_line._build_parser()
+    action = next(a for a in parser._actions if a.dest == "embedding_block_size")
+    parser._remove_action(action)
+    for flag in action.option_strings:
+        parser._option_string_actions.pop(flag)
+    parser.set_defaults(embedding_block_size=None)  # what options_from_args reads
+    monkeypatch.setattr(cli_line, "_build_parser", lambda: parser)
     line = build_line(
         "out", options=ExportOptions(embedding_bits=4, embedding_block_size=64), preset="p"
     )
     assert line.missing == ("embedding_block_size=64",)
     assert "--embedding-bits 4" in line.text
+
+
+def test_the_embedding_block_size_has_a_flag():
+    """The README's INT8-table rows use it; the studio's Copy CLI command carries it."""
+    line = build_line(
+        "out", options=ExportOptions(embedding_bits=8, embedding_block_size=128), preset="p"
+    )
+    assert line.missing == () and "--embedding-block-size 128" in line.text
+    _, parsed = parse_build_line(line.argv[1:])
+    assert parsed.embedding_block_size == 128
 
 
 def test_sizes_are_written_in_exact_binary_units():
