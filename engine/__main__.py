@@ -2,6 +2,11 @@
 
 import sys
 
-from engine.cli import main
+try:  # Ctrl-C while the modules load (before the CLI's own handler) is a cancel too
+    from engine.cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:
+    print("cancelled: interrupted", file=sys.stderr)
+    code = 130
+sys.exit(code)

@@ -458,3 +458,20 @@ def test_output_into_a_pipe_nobody_reads_is_not_a_traceback(command: list[str]):
         os.close(write)
     assert done.returncode == 141, done.stderr
     assert done.stderr == ""
+
+
+def test_ctrl_c_while_the_modules_load_is_a_cancel_not_a_traceback(monkeypatch, capsys):
+    """Before the CLI's own handler is set up (the imports, the parser) a Ctrl-C is the
+    same one-line cancel and exit 130 (it printed ~50 lines of import traceback)."""
+    import runpy
+
+    import engine.cli
+
+    def interrupted(argv: object = None) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("engine", run_name="__main__")
+    assert exited.value.code == 130
+    assert capsys.readouterr().err.strip() == "cancelled: interrupted"
