@@ -173,6 +173,7 @@ class HistoryChart(ChartBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Runs over time", parent)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self.plot.setMinimumHeight(100)  # under the latest runs in a 1280x800 window
 
     def set_history(self, runs: Sequence[BenchRun], key: str = "decode") -> None:
         self.show_data(tuple(runs), key)

@@ -162,6 +162,20 @@ def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     assert "Ran on the WebGpuExecutionProvider plugin" in panel.note.text()
     assert "software adapter" in panel.note.text()
     screens(window, "07b-benchmark-webgpu-capture")
+    # at 1280x800 the runs-over-time chart keeps its plot whole, its legend below it
+    window.resize(1280, 800)
+    panel.history_tabs.setCurrentIndex(1)
+    qtbot.wait(100)
+    chart = panel.history_chart
+    assert chart.plot.height() >= 100, chart.plot.height()
+    assert chart.legend.geometry().top() >= chart.plot.geometry().bottom()
+    legend_bottom = chart.legend.mapTo(window, chart.legend.rect().bottomLeft()).y()
+    assert legend_bottom <= window.centralWidget().geometry().bottom(), legend_bottom
+    assert panel.latest_chart.plots["decode"].height() >= 100
+    metric = panel.history_metric
+    assert metric.isVisible() and metric.geometry().bottom() < panel.history_tabs.height()
+    assert metric.width() >= metric.sizeHint().width()  # its text whole
+    screens(window, "07c-benchmark-runs-over-time-1280x800")
 
 
 def test_the_bench_job_is_a_plain_function(packages):
