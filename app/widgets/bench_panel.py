@@ -203,9 +203,10 @@ class BenchPanel(QWidget):
         body.addWidget(self.history_tabs)
         body.setStretchFactor(0, 3)
         body.setStretchFactor(1, 2)
-        # the runs-over-time chart whole: tab bar, title, a 100 px plot, its axis and legend
-        # (at 140 px a 1280x800 window squeezed the plot to 60 px under its legend)
-        self.history_tabs.setMinimumHeight(230)
+        # the runs-over-time chart whole (tab bar, title, a 100 px plot, axis, legend): at
+        # 140 px a 1280x800 window squeezed its plot to 60 px under its legend; more than
+        # 190 and the window no longer fits a 1366x768 screen at 150% scaling
+        self.history_tabs.setMinimumHeight(190)
         body.setChildrenCollapsible(False)
         body.setSizes([500, 260])
         layout = QVBoxLayout(self)

@@ -139,6 +139,7 @@ class ConfigEditor(QWidget):
         self.save_button.clicked.connect(lambda: self.save())
         self.save_as_button.clicked.connect(self._save_as)
         self.reload_button.clicked.connect(self.reload)
+        state.packageChanged.connect(self._package_changed)
         self._refresh_buttons()
 
     # ------------------------------------------------------------------ file
@@ -159,6 +160,13 @@ class ConfigEditor(QWidget):
         self.message.say("")
         self.opened.emit(str(doc.path))
         return True
+
+    def _package_changed(self, folder: str) -> None:
+        """A new package (an export, or one chosen to benchmark): its config is opened
+        here when no file is, so the tab shows it rather than "No file open"."""
+        config = Path(folder) / "genai_config.json"
+        if self.doc is None and folder and config.is_file():
+            self.open(str(config))
 
     def reload(self) -> bool:
         """Read the file again; asks before dropping unsaved edits."""

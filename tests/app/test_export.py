@@ -69,6 +69,10 @@ def test_export_of_the_tiny_preset_loads_in_onnxruntime(
     assert "loads in onnxruntime" in panel.verify_result.text()
     screens(window, "04-export-done")
 
+    # the genai_config tab shows the new package's file without being asked
+    assert window.config_editor.doc is not None
+    assert window.config_editor.doc.path == package / "genai_config.json"
+    assert "No file open" not in window.config_editor.path_label.text()
     _click(qtbot, panel.config_button)
     assert window.tabs.currentWidget() is window.config_editor
     assert window.config_editor.doc is not None
