@@ -114,11 +114,17 @@ def check_lengths(
             f"{prompt_option} / {new_option}"
         )
     new_example = max(least_new, min(new, limit // 3))
+    trained = ((package.manifest or {}).get("model") or {}).get("max_position_embeddings")
+    rebuild = (
+        f" (the model was trained for no more than {trained:,} tokens: a "
+        f"rebuild cannot lengthen it)"
+        if isinstance(trained, int) and 0 < trained <= limit
+        else f", or rebuild it with a longer {option('max_length')}"
+    )
     raise OptionsError(
         f"{total}, more than the {limit:,} this package supports; choose a shorter "
         f"{prompt_option} / "
-        f"{new_option} (for example {max(1, limit - new_example)} + {new_example}), or "
-        f"rebuild it with a longer {option('max_length')}"
+        f"{new_option} (for example {max(1, limit - new_example)} + {new_example}){rebuild}"
     )
 
 

@@ -204,6 +204,27 @@ def test_bench_and_verify_word_the_same_length_refusal(text: dict[str, Path]) ->
         _refused(result, "a prompt of 12 plus 30 generated tokens is 42 tokens", flag)
 
 
+def test_a_package_as_long_as_its_model_is_not_told_to_rebuild_longer(tmp_path: Path) -> None:
+    """A package built to the model's own maximum: the refusal says the model stops there,
+    not "rebuild it with a longer --max-length" (which a rebuild caps at the same length);
+    a package built shorter than its model keeps that advice (``text``: 32 of its model's
+    more)."""
+    out = tmp_path / "full"
+    options = ExportOptions(random_weights=True, max_length=100_000)
+    export(out, preset="gemma4-tiny", options=options)
+    result = cli("bench", str(out), "--prompt-len", "1000")
+    _refused(result, "more than the 512 this package supports", "trained for no more than 512")
+    assert "rebuild" not in result.stderr.replace("a rebuild cannot", "")
+    package = open_package(out)
+    assert package.manifest and package.manifest["model"]["max_position_embeddings"] == 512
+
+
+def test_a_shorter_package_is_told_it_may_be_rebuilt_longer(text: dict[str, Path]) -> None:
+    result = cli("bench", str(text["package"]), "--prompt-len", "40")
+    _refused(result, f"more than the {LIMIT} this package supports", "--max-length")
+    assert "trained for no more" not in result.stderr
+
+
 def test_verify_of_a_multimodal_package_without_media_names_its_own_flags(
     mm: dict[str, Path],
 ) -> None:
