@@ -137,13 +137,12 @@ class TargetPanel(QGroupBox):
             ("seed", self.seed),
             ("keep_float", self.keep_float),
             ("keep_int8", self.keep_int8),
-            ("size_budget", _row(self.size_budget, self.estimate)),
+            ("size_budget", self.size_budget),
         ):
             advanced.addRow(CONTROLS[key].label, field)
-            if key == "size_budget":  # the buddy of a row of two is its first control
-                label = advanced.labelForField(field)
-                if isinstance(label, QLabel):
-                    label.setBuddy(self.size_budget)
+        # under the budget it sets, not beside it (beside, the budget's box kept ~30 px:
+        # "5KiB" of 99.45KiB)
+        advanced.addRow("", self.estimate)
         advanced.addRow(self.symmetric)
         advanced.addRow(self.quantize_lm_head)
         self.advanced.setVisible(False)

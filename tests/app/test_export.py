@@ -541,6 +541,12 @@ def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
     assert window.state.options.size_budget == parse_bytes(text) >= points[row].size_budget
 
     assert window.focusWidget() is panel.size_budget  # not a neighbour that Space would tick
+    window.resize(1280, 800)
+    panel.advanced_button.setChecked(True)
+    qtbot.waitUntil(panel.size_budget.isVisible, timeout=5_000)
+    qtbot.wait(50)
+    metrics = panel.size_budget.fontMetrics()  # the whole budget is readable in its box
+    assert panel.size_budget.width() > metrics.horizontalAdvance(text) + 8
 
     again = panel.estimate_quality()  # the same checkpoint and options: shown at once
     assert again.worker is None and again.tradeoff is dialog.tradeoff
