@@ -67,6 +67,7 @@ class ModelPanel(QGroupBox):
         self.presets = QComboBox()
         self._preset_notes = dict(preset_choices())
         self.presets.addItems(list(self._preset_notes))
+        self.presets.setPlaceholderText("choose a preset")
         self.presets.setToolTip(CONTROLS["preset"].help)
         self.presets.setAccessibleName("Preset")
         self.preset_note = MessageLabel()
@@ -128,7 +129,9 @@ class ModelPanel(QGroupBox):
         self.kind_buttons.button(index).setChecked(True)
         self.stack.setCurrentIndex(index)
         if source.is_preset:
-            self.presets.setCurrentText(source.value)
+            # an unknown name (``--preset nope``) selects nothing: the list's first entry
+            # stayed shown, and choosing it changed nothing
+            self.presets.setCurrentIndex(self.presets.findText(source.value))
             self.preset_note.setText(self._preset_notes.get(source.value, ""))
         elif source.kind == "folder":
             self.folder.setText(source.value)

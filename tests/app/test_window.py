@@ -134,6 +134,19 @@ def test_a_folder_that_is_not_a_model_is_reported_and_cannot_be_exported(
     qtbot.waitUntil(window.export_panel.export_button.isEnabled, timeout=10_000)
 
 
+def test_an_unknown_preset_selects_nothing_so_any_choice_loads(qtbot, window: MainWindow):
+    """``export-studio --preset nope``: the list selects nothing (it showed its first
+    entry, and choosing that entry changed nothing); choosing a preset loads it."""
+    window.state.set_source(ModelSource("preset", "nope"))
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
+    presets = window.model_panel.presets
+    assert presets.currentIndex() == -1 and presets.placeholderText() == "choose a preset"
+    first = presets.itemText(0)
+    presets.setCurrentIndex(0)
+    assert window.state.source == ModelSource("preset", first)
+    qtbot.waitUntil(lambda: not window.banner.isVisible(), timeout=20_000)
+
+
 def test_capture_on_is_not_offered_where_the_ep_has_none(qtbot, window: MainWindow):
     panel = window.target_panel
     on = panel.capture.findData("on")
