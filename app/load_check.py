@@ -38,9 +38,10 @@ class LoadCheck:
 def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42)) -> LoadCheck:
     """Open the package's decoder with the CPU EP and run one prefill step.
 
-    The past KV inputs are empty, or, where the package shares its past and present
-    buffers (``search.past_present_share_buffer``: WebGPU's static buffers, GQA's shared
-    ones), zero buffers of ``search.max_length`` slots, as onnxruntime-genai allocates them.
+    The past KV inputs are empty (GroupQueryAttention takes that whether or not the
+    buffers are shared), or, for a package whose attention writes into static buffers
+    (WebGPU's, ``explicit_attention_over_cache``), zero buffers of ``search.max_length``
+    slots, as onnxruntime-genai allocates them (an empty one fails their ScatterElements).
 
     Raises:
         PackageError: The folder is not a package, or the model does not load or run.
@@ -53,8 +54,7 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         filename = str(config["model"]["decoder"]["filename"])
-        search = config.get("search", {})
-        slots = int(search["max_length"]) if search.get("past_present_share_buffer") else 0
+        slots = _static_slots(package, config)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PackageError(
             f"{package} is not a package: cannot read {config_path.name} ({exc})"
@@ -93,3 +93,16 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
         tuple(int(d) for d in logits.shape),
         time.perf_counter() - started,
     )
+
+
+def _static_slots(package: Path, config: dict[str, Any]) -> int:
+    """The KV slots a static-buffer package's past inputs hold (0 for any other)."""
+    from engine.caps import get_caps
+    from engine.runtime.package import open_package
+
+    search = config.get("search", {})
+    if not search.get("past_present_share_buffer"):
+        return 0
+    if not get_caps(open_package(package).ep).explicit_attention_over_cache:
+        return 0
+    return int(search["max_length"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.caps import get_caps
 from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError, OptionsError, option
 
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
-    elif mode in ("on", "both") and (args.ep or package.ep) != package.ep:
+    elif mode in ("on", "both") and get_caps(args.ep or package.ep).name != package.ep:
         raise OptionsError(
             f"graph capture: {package.capture_problem(args.ep)}; "
             f"or use {option('graph_capture', 'off')}"

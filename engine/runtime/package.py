@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.caps import get_caps, list_eps
-from engine.errors import PackageError
+from engine.errors import PackageError, option
 from engine.runtime.session_files import check_session_files
 
 GENAI_CONFIG = "genai_config.json"
@@ -121,8 +121,6 @@ def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -
     capture (from Python), the KV must be one shared buffer, and the package must have been
     built for that EP (a CPU package's graph on WebGPU has host nodes and int64 inputs:
     captured, it gives other tokens than without capture)."""
-    from engine.caps import get_caps
-
     caps = get_caps(ep or built_for)
     if not caps.graph_capture:
         return f"{caps.display_name} has no graph capture"
@@ -133,7 +131,7 @@ def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -
     if caps.name != built_for:
         return (
             f"the package was built for {get_caps(built_for).display_name}, not for capture "
-            f"on {caps.display_name}: export it with --ep {caps.name}"
+            f"on {caps.display_name}: export it with {option('ep', caps.name)}"
         )
     return None
 

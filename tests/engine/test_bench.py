@@ -201,12 +201,14 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
     """A CPU package run on WebGPU has host nodes and int64 inputs: captured, its tokens
     differ from the uncaptured run. ``auto`` runs it without capture; asking for capture
     says why not and what to do, before anything runs."""
+    from engine.errors import render_message
     from engine.runtime.package import capture_problem, open_package
 
     opened = open_package(package)
     assert opened.ep == "cpu" and opened.share_buffer
-    problem = opened.capture_problem("webgpu")
-    assert problem is not None and "built for CPU" in problem and "--ep webgpu" in problem
+    problem = render_message(opened.capture_problem("webgpu") or "")
+    assert "built for CPU" in problem and "--ep webgpu" in problem
+    assert capture_problem("cuda", True, "CUDA") is None  # the EP as the user spelled it
     assert capture_problem("webgpu", True, "webgpu") is None
     assert capture_problem("webgpu", True, None) is None
     assert "has no graph capture" in str(capture_problem("webgpu", True, "cpu"))
