@@ -54,7 +54,7 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         filename = str(config["model"]["decoder"]["filename"])
-        slots = _static_slots(package, config)
+        slots = _static_slots(package)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PackageError(
             f"{package} is not a package: cannot read {config_path.name} ({exc})"
@@ -95,14 +95,12 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
     )
 
 
-def _static_slots(package: Path, config: dict[str, Any]) -> int:
-    """The KV slots a static-buffer package's past inputs hold (0 for any other)."""
+def _static_slots(package: Path) -> int:
+    """The KV slots a static-buffer package's past inputs hold (0 for any other), from
+    the package as :func:`engine.runtime.package.open_package` reads it."""
     from engine.caps import get_caps
     from engine.runtime.package import open_package
 
-    search = config.get("search", {})
-    if not search.get("past_present_share_buffer"):
-        return 0
-    if not get_caps(open_package(package).ep).explicit_attention_over_cache:
-        return 0
-    return int(search["max_length"])
+    opened = open_package(package)
+    static = opened.share_buffer and get_caps(opened.ep).explicit_attention_over_cache
+    return opened.max_length if static else 0
