@@ -21,6 +21,10 @@ within one run on one machine; ``--baseline DIR1,DIR2`` measures each in turn (s
 variants the baselines build (the others, this checkout's only). ``--captures 1`` measures
 CUDA graphs on only.
 
+``--lengths 4096,1032`` measures each package at those ``search.max_length`` values (stage
+keys ``graph_on@<length>``; the packages' default is 4,096); ``--sequence VARIANTS`` also
+writes every kernel of two decode steps in launch order (``$OUT/sequence-*.json``).
+
 Writes ``$OUT/cuda_profile.json`` after every stage.
 """
 
@@ -54,8 +58,15 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "int4-b64-fpa": ([*_INT4, "--block-size", "64"], _FPA),
     "int4-b128-fpa": ([*_INT4, "--block-size", "128"], _FPA),
     "int4-sym": ([*_INT4, "--symmetric"], {}),
+    # the fpA_intB path in onnxruntime-gpu's default (compact) build takes only scale-only
+    # (symmetric) weights, block 32: the asymmetric packages above never reached it
+    "int4-sym-fpa": ([*_INT4, "--symmetric"], _FPA),
+    "int4-b64-sym-fpa": ([*_INT4, "--block-size", "64", "--symmetric"], _FPA),
+    "int4-b128-sym-fpa": ([*_INT4, "--block-size", "128", "--symmetric"], _FPA),
+    "int8-sym-fpa": (["--weight-bits", "8", "--embedding-bits", "4", "--symmetric"], _FPA),
     "int4-b128-sym": ([*_INT4, "--block-size", "128", "--symmetric"], {}),
     "int8": (["--weight-bits", "8", "--embedding-bits", "4"], {}),
+    "int8-sym": (["--weight-bits", "8", "--embedding-bits", "4", "--symmetric"], {}),
     # the per-layer input's two small projections (1536 -> 256 -> 1536) left in fp16
     "int4-b128-sym-ple-fp16": ([*_INT4, "--block-size", "128", "--symmetric", *_PLE_FP16], {}),
     # GroupQueryAttention's decode kernels: XQA (TensorRT-LLM's, on by default for fp16 /
@@ -67,13 +78,31 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "int4-nosplitkv": (_INT4, {"ORT_DISABLE_FLASH_DECODE": "1"}),
 }
 
+# Variants that set session config entries in the decoder's genai_config (genai passes
+# unknown ``session_options`` keys to AddConfigEntry): the same package, a patched copy of
+# its genai_config beside links to its other files.
+SESSION_ENTRIES: dict[str, dict[str, str]] = {
+    "int4-sym-fpa-config": {"ep.cuda.fpa_intb_gemm": "1"},
+}
+VARIANTS["int4-sym-fpa-config"] = ([*_INT4, "--symmetric"], {})
+
 _PROFILE = r"""
-import collections, json, sys, tempfile, time
+import collections, json, os, sys, tempfile, time
 import torch  # first: its CUPTI-backed profiler records every kernel of the process
 import numpy as np
 import onnxruntime_genai as og
 
 package, capture, prompt_len, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+entries = json.loads(os.environ.get("PROFILE_SESSION_ENTRIES") or "{}")
+if entries:  # a copy of the package: links to its files, genai_config patched
+    patched = tempfile.mkdtemp()
+    for f in os.listdir(package):
+        if f != "genai_config.json":
+            os.symlink(os.path.join(package, f), os.path.join(patched, f))
+    doc = json.load(open(os.path.join(package, "genai_config.json")))
+    doc["model"]["decoder"].setdefault("session_options", {}).update(entries)
+    json.dump(doc, open(os.path.join(patched, "genai_config.json"), "w"))
+    package = patched
 config = og.Config(package)
 config.clear_providers()
 config.append_provider("cuda")
@@ -82,7 +111,9 @@ model = og.Model(config)
 rng = np.random.default_rng(0)
 out = {"capture": capture == "1"}
 
-LENGTH = max(prompt_len + 2 * steps + 8, 1024 + 8)  # one length: one captured graph
+# one length: one captured graph
+LENGTH = int(os.environ.get("PROFILE_LENGTH") or max(prompt_len + 2 * steps + 8, 1024 + 8))
+out["max_length"] = LENGTH
 
 def generator():
     params = og.GeneratorParams(model)
@@ -128,9 +159,15 @@ out["top_kernels"] = [
     {"kernel": name[:160], "per_token": round(n / steps, 1), "us_per_token": round(t / steps, 1),
      "share": round(t / busy, 3)} for name, (n, t) in top
 ]
+sequence = os.environ.get("PROFILE_SEQUENCE_OUT")
+if sequence:  # every kernel of the window's first two steps, in launch order
+    ordered = sorted(events, key=lambda e: e["ts"])[: int(2 * len(events) / steps) + 1]
+    rows = [[e["name"][:110], round(float(e.get("dur", 0)), 2), str(e.get("args", {}).get("grid"))]
+            for e in ordered]
+    json.dump(rows, open(sequence, "w"))
 grids = collections.defaultdict(lambda: [0, 0.0])  # GEMV / GEMM launches by kernel and grid
 for e in events:
-    if any(key in e["name"] for key in ("MatMul", "nvjet", "gemv", "gemm")):
+    if any(key in e["name"] for key in ("MatMul", "nvjet", "gemv", "gemm", "Gemv", "Gemm", "fpA")):
         launches = grids[(e["name"][:70], str(e.get("args", {}).get("grid")))]
         launches[0] += 1
         launches[1] += float(e.get("dur", 0))
@@ -171,6 +208,15 @@ def main() -> None:
     parser.add_argument("--captures", default="0,1", help="CUDA graph modes: 0, 1 or both")
     parser.add_argument(
         "--baseline-variants", default="", help="variants the baselines build (default: all)"
+    )
+    parser.add_argument(
+        "--lengths",
+        default="",
+        help="search.max_length values to measure (default: the prompt and steps plus the "
+        "1,024-token prefill, 1,032)",
+    )
+    parser.add_argument(
+        "--sequence", default="", help="variants whose kernels of two steps are saved in order"
     )
     args = parser.parse_args()
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
@@ -221,18 +267,28 @@ def _measure(
         cwd = str(Path(engine_dir).resolve()) if engine_dir else None
         stage["build"] = _run(build, min(300, report.remaining() - 60), build_env, cwd=cwd)
         built[key] = package
-    stage["env"] = extra_env
+    stage["env"] = extra_env | SESSION_ENTRIES.get(variant, {})
     report.stage(name, stage)
     if stage["build"].get("rc") != 0:
         return
-    for capture in args.captures.split(","):
+    lengths = [x for x in args.lengths.split(",") if x] or [""]
+    for capture, length in [(c, n) for c in args.captures.split(",") for n in lengths]:
         profile = [sys.executable, "-c", _PROFILE, str(package), capture]
         profile += [str(args.prompt_len), str(args.steps)]
-        done = _run(profile, min(180, report.remaining() - 10), env | extra_env)
+        child = env | extra_env | {"PROFILE_LENGTH": length}
+        if variant in SESSION_ENTRIES:
+            child = child | {"PROFILE_SESSION_ENTRIES": json.dumps(SESSION_ENTRIES[variant])}
+        if variant in args.sequence.split(","):
+            tag = f"{name.replace('@', '-')}-{capture}" + (f"-{length}" if length else "")
+            out = Path(os.environ.get("OUT", "/tmp/out")) / f"sequence-{tag}.json"
+            child = child | {"PROFILE_SEQUENCE_OUT": str(out)}
+        done = _run(profile, min(180, report.remaining() - 10), child)
         lines = [x for x in done.get("stdout", "").splitlines() if x.startswith("PROFILE")]
         if lines:
             done = json.loads(lines[-1].split(" ", 1)[1]) | {"seconds": done["seconds"]}
-        stage[f"graph_{'on' if capture == '1' else 'off'}"] = done
+        key = f"graph_{'on' if capture == '1' else 'off'}"
+        key += f"@{length}" if len(lengths) > 1 else ""
+        stage[key] = done
         report.stage(name, stage)
 
 
