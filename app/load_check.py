@@ -40,8 +40,9 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
 
     The past KV inputs are empty (GroupQueryAttention takes that whether or not the
     buffers are shared), or, for a package whose attention writes into static buffers
-    (WebGPU's, ``explicit_attention_over_cache``), zero buffers of ``search.max_length``
-    slots, as onnxruntime-genai allocates them (an empty one fails their ScatterElements).
+    (``Package.static_kv``: WebGPU's, CUDA's with 512-wide layers), zero buffers of
+    ``search.max_length`` slots, as onnxruntime-genai allocates them (an empty one fails
+    their ScatterElements).
 
     Raises:
         PackageError: The folder is not a package, or the model does not load or run.
@@ -98,9 +99,7 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
 def _static_slots(package: Path) -> int:
     """The KV slots a static-buffer package's past inputs hold (0 for any other), from
     the package as :func:`engine.runtime.package.open_package` reads it."""
-    from engine.caps import get_caps
     from engine.runtime.package import open_package
 
     opened = open_package(package)
-    static = opened.share_buffer and get_caps(opened.ep).explicit_attention_over_cache
-    return opened.max_length if static else 0
+    return opened.max_length if opened.static_kv else 0

@@ -114,6 +114,7 @@ ATTENTION_WORDS = {
     "gqa": "GroupQueryAttention",
     "standard": "standard ONNX ops",
     "static": "explicit, over static KV buffers (no GroupQueryAttention)",
+    "mixed": "GroupQueryAttention; the wider full layers explicit, over static KV buffers",
 }
 """The attention lowering a plan's graph uses, in words (see :mod:`engine.graph.attention`)."""
 
@@ -121,11 +122,14 @@ ATTENTION_WORDS = {
 def attention_lowering(plan: ExportPlan) -> str:
     """What the built graph's attention is: the plan's ``gqa`` path is lowered without
     GroupQueryAttention, over static shared KV buffers, on EPs whose GQA cannot be
-    trusted under graph capture (WebGPU), so "gqa" alone would say the wrong thing."""
-    from engine.graph.attention import uses_static_buffers
+    trusted under graph capture (WebGPU), so "gqa" alone would say the wrong thing; on
+    CUDA the layers wider than its GQA serves (Gemma 4's 512-wide full layers) are."""
+    from engine.graph.attention import static_kinds, uses_static_buffers
 
     if uses_static_buffers(plan.spec, plan.options):
         return "static"
+    if static_kinds(plan.spec, plan.options):
+        return "mixed"
     return plan.attention
 
 

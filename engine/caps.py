@@ -87,6 +87,15 @@ class EpCapabilities:
     refused, KV-shared (empty or repeated keys) nodes fail to dispatch, fp16 attention keeps
     scores in fp16, fp32 prefill at head size 512 exceeds workgroup storage and the
     non-flash path refuses capture."""
+    gqa_max_head_dim: int | None = None
+    """Widest head GroupQueryAttention serves well here; attention kinds with wider heads
+    (Gemma 4's 512-wide full layers) are lowered as ``explicit_attention_over_cache`` does,
+    KV in the package's dtype, the other kinds keep GroupQueryAttention. None: no limit.
+    onnxruntime-gpu 1.31.1's flash kernels stop at 256: a 512-wide GQA layer with one KV
+    head runs cutlass' memory-efficient attention after two ``Ungroup`` kernels that copy K
+    and V once per query head, whose cost grows with the buffer (E2B INT4 at decode on an
+    H100, CUPTI: 232 us a token at max_length 1,032 and 486 us at 4,096, the package's
+    default, for its 7 full layers; ``benchmarks/results/cuda_profile-2026-12-06b-*``)."""
     fuse_projections: bool = False
     """Sibling projections of one input run as one MatMul / MatMulNBits: gate and up, and
     (with ``explicit_attention_over_cache``) q, k and v. Fewer, larger kernels where
@@ -212,6 +221,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             provider_options={"enable_cuda_graph": "0", "use_tf32": "0"},
             capture_option="enable_cuda_graph",
             host_total_length=True,
+            gqa_max_head_dim=256,
             packed_qkv=True,
             skip_kernel_norms=True,
             io_device="cuda",

@@ -289,6 +289,7 @@ def _manifest(
     from dataclasses import asdict
 
     from engine import __version__
+    from engine.graph.attention import static_kinds
 
     return {
         "producer": "export-studio",
@@ -298,6 +299,8 @@ def _manifest(
         "graph_capture": capture,
         "audit": {name: audit.to_json() for name, audit in audits.items()},
         "past_present_share_buffer": share_buffer,
+        # attention kinds that write K / V into the shared buffers by position
+        "static_kv_kinds": sorted(static_kinds(export_plan.spec, export_plan.options)),
         "files": sorted(files),
         "plan": {
             "total_bytes": export_plan.nbytes,

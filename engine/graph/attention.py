@@ -5,7 +5,9 @@
   layers. KV-shared layers call it with empty keys/values and the producer's present KV.
   On EPs whose GroupQueryAttention cannot be trusted under graph capture
   (``explicit_attention_over_cache``) the same plan path is lowered without it, over
-  static shared buffers: :mod:`engine.graph.static_attention`.
+  static shared buffers: :mod:`engine.graph.static_attention`. On EPs whose GQA kernels
+  serve heads only up to ``gqa_max_head_dim`` (CUDA: 256), the kinds with wider heads
+  (Gemma 4's full layers) take that lowering and the others keep GQA, one buffer dtype.
 * ``standard``: plain ONNX ops with a Concat-grown cache, for EPs without GQA.
 
 Queries, keys and values arrive already normed (Gemma 4 norms them before RoPE), as
@@ -51,6 +53,20 @@ def uses_static_buffers(spec: ModelSpec, options: ExportOptions) -> bool:
     """The capture-safe lowering over static shared KV buffers (no GroupQueryAttention):
     the ``gqa`` path on an EP with ``explicit_attention_over_cache``."""
     return options.caps.explicit_attention_over_cache and attention_path(spec, options) == "gqa"
+
+
+def static_kinds(spec: ModelSpec, options: ExportOptions) -> frozenset[AttentionKind]:
+    """Attention kinds lowered over static shared buffers (:mod:`engine.graph.static_attention`):
+    every kind where :func:`uses_static_buffers`; on the ``gqa`` path, the kinds with a
+    layer wider than :attr:`EpCapabilities.gqa_max_head_dim`; else none."""
+    if attention_path(spec, options) != "gqa":
+        return frozenset()
+    if options.caps.explicit_attention_over_cache:
+        return frozenset(layer.attention for layer in spec.layers)
+    limit = options.caps.gqa_max_head_dim
+    if limit is None:
+        return frozenset()
+    return frozenset(layer.attention for layer in spec.layers if layer.head_dim > limit)
 
 
 def packs_qkv(spec: ModelSpec, options: ExportOptions) -> bool:
@@ -181,8 +197,14 @@ def _running_index(ctx: BuildContext, ones: ir.Value) -> ir.Value:
 # ------------------------------------------------------------------------------ inputs
 
 
-def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value) -> AttentionInputs:
-    """seqlens_k / total_sequence_length for GroupQueryAttention, from the mask's values.
+def gqa_inputs(
+    ctx: BuildContext,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    skip_kinds: frozenset[AttentionKind] = frozenset(),
+) -> AttentionInputs:
+    """seqlens_k / total_sequence_length for GroupQueryAttention, from the mask's values,
+    and the RoPE caches of every rotary kind but ``skip_kinds`` (lowered without GQA).
     With int32 I/O (EPs whose int64 arithmetic leaves the device) all of it stays int32.
     """
     op = ctx.op
@@ -200,6 +222,8 @@ def gqa_inputs(ctx: BuildContext, input_ids: ir.Value, attention_mask: ir.Value)
         widths = op.ReduceSum(_ones_like(ctx, mask), ctx.ints([1]), keepdims=0)
         inputs.total_length = op.Gather(widths, _scalar(ctx, 0, np.int64, "index_0"))
     for kind in rotary_kinds(ctx.spec):
+        if kind in skip_kinds:
+            continue
         cos, sin = rope_caches(ctx, kind)
         switch = long_rope(ctx, kind)
         if switch is not None:

@@ -1,5 +1,8 @@
 """The capture-safe attention lowering over static KV buffers, for EPs with
-``explicit_attention_over_cache`` (WebGPU).
+``explicit_attention_over_cache`` (WebGPU), and for the layers wider than
+``gqa_max_head_dim`` on EPs whose GroupQueryAttention serves narrower heads only (CUDA:
+Gemma 4's 512-wide full layers; there the buffers keep the package's dtype, shared with
+the GQA layers, and batches may be larger than 1).
 
 What onnxruntime-webgpu 1.27 allows, measured on lavapipe with one-op models
 (tests/webgpu/gqa_cases.py, tests/webgpu/README.md): under graph capture
@@ -73,6 +76,15 @@ class StaticInputs:
     bias: dict[tuple[AttentionKind, int], ir.Value] = field(default_factory=dict)
     prepared: dict[int, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     """KV owner's layer index -> (K, V), ready for the scores and the value MatMul."""
+    kv_dtype: ir.DataType = KV_DTYPE
+    """Dtype of the KV buffers: the core's fp32, or the package's where these layers share
+    the one cache dtype genai allocates with GroupQueryAttention layers (K / V are rounded
+    to it as written and read back as fp32)."""
+    kind_ids: dict[AttentionKind, ir.Value] = field(default_factory=dict)
+    """Per kind, position ids that differ from ``position_ids`` (longrope's long set)."""
+    batch_one: bool = True
+    """Batch 1 (static shapes under capture): one KV head's scores are a 2-D Gemm over
+    ``[S * N, D]`` rows. Else a batched MatMul per batch row."""
 
 
 def _const(ctx: BuildContext, value: float | int, dtype: type, name: str) -> ir.Value:
@@ -88,6 +100,7 @@ def static_inputs(
     ctx: BuildContext,
     positions: ir.Value,
     caches: dict[AttentionKind, tuple[ir.Value, ir.Value]],
+    kv_dtype: ir.DataType = KV_DTYPE,
 ) -> StaticInputs:
     """Position ids and RoPE rows; ``positions`` are float32 [B, S] from the mask.
 
@@ -101,6 +114,8 @@ def static_inputs(
     """
     op = ctx.op
     slots = op.Cast(positions, to=ir.DataType.INT32)  # [B, S]
+    if not ctx.caps.capture_needs_static_graph:
+        return _batched_inputs(ctx, positions, slots, caches, kv_dtype)
     hits = op.Equal(op.Unsqueeze(positions, ctx.ints([2])), op.Unsqueeze(positions, ctx.ints([1])))
     ids = op.ArgMax(op.Cast(hits, to=F32), axis=-1, keepdims=0)  # [B, S]: 0..S-1
     rows = op.Gather(slots, _const(ctx, 0, np.int64, "index_0"))  # [S], batch 1
@@ -123,7 +138,34 @@ def static_inputs(
                 picked = op.Pad(picked, pads, _const(ctx, fill, np.float32, label))
             pair.append(picked)
         rope[kind] = (pair[0], pair[1])
-    return StaticInputs(positions=positions, slots=slots, position_ids=ids, rope=rope)
+    return StaticInputs(
+        positions=positions, slots=slots, position_ids=ids, rope=rope, kv_dtype=kv_dtype
+    )
+
+
+def _batched_inputs(
+    ctx: BuildContext,
+    positions: ir.Value,
+    slots: ir.Value,
+    caches: dict[AttentionKind, tuple[ir.Value, ir.Value]],
+    kv_dtype: ir.DataType,
+) -> StaticInputs:
+    """EPs with int64 on the device and no static-shape need (CUDA): RotaryEmbedding reads
+    each row's own positions (int64 [B, S]) from whole full-width fp32 caches, so batches
+    may hold rows at different positions."""
+    op = ctx.op
+    ids = op.Cast(positions, to=ir.DataType.INT64)
+    inputs = StaticInputs(
+        positions=positions, slots=slots, position_ids=ids, kv_dtype=kv_dtype, batch_one=False
+    )
+    for kind, (cos, sin) in caches.items():
+        inputs.rope[kind] = (cos, sin)
+        switch = attn.long_rope(ctx, kind)
+        if switch is not None:  # longrope: each row's long set once its last position is past
+            last = op.ReduceMax(positions, ctx.ints([1]), keepdims=1)  # [B, 1]
+            offset = attn.long_offset(ctx, last, switch, np.float32, 1)
+            inputs.kind_ids[kind] = op.Cast(op.Add(positions, offset), to=ir.DataType.INT64)
+    return inputs
 
 
 def _scatter_index(ctx: BuildContext, inputs: StaticInputs, kv: int, dim: int) -> ir.Value:
@@ -139,7 +181,8 @@ def _scatter_index(ctx: BuildContext, inputs: StaticInputs, kv: int, dim: int) -
 
 def _window(ctx: BuildContext, inputs: StaticInputs) -> tuple[ir.Value, ir.Value]:
     """The slots a sliding layer reads: positions p0 - (W - 1) .. p0 + S - 1, where p0 is the
-    first new token's position (W - 1 + S slots; those before 0 are clamped and masked)."""
+    first new token's position (W - 1 + S slots; those before 0 are clamped and masked):
+    flat under batch 1, else [B, W - 1 + S]."""
     if inputs.window is None:
         op = ctx.op
         width = min(ctx.spec.sliding_window, ctx.plan.context_length) - 1
@@ -150,7 +193,9 @@ def _window(ctx: BuildContext, inputs: StaticInputs) -> tuple[ir.Value, ir.Value
         )
         key_positions = op.Concat(behind, inputs.positions, axis=1)  # [B, W - 1 + S]
         clamped = op.Clip(key_positions, _const(ctx, 0.0, np.float32, "zero_f32"))
-        slots = op.Reshape(op.Cast(clamped, to=ir.DataType.INT32), ctx.ints([-1]))  # batch 1
+        slots = op.Cast(clamped, to=ir.DataType.INT32)  # [B, W - 1 + S]
+        if inputs.batch_one:
+            slots = op.Reshape(slots, ctx.ints([-1]))
         inputs.window = (slots, key_positions)
     return inputs.window
 
@@ -159,14 +204,20 @@ def _bias(
     ctx: BuildContext, inputs: StaticInputs, kind: AttentionKind, key_positions: ir.Value, rank: int
 ) -> ir.Value:
     """Additive fp32 mask [B, S, 1(, 1), T] (rank 4 or 5) for the Einsum's scores, or
-    [S * N, T] for the scores Gemm (rank 2: each new token's row once per head)."""
+    [S * N, T] for the scores Gemm (rank 2: each new token's row once per head), or
+    [B, S * N, T] for the batched scores MatMul (rank 3)."""
     if (kind, rank) not in inputs.bias:
         op = ctx.op
-        if rank == 2:  # batch 1: [S * N, 1] query positions against [1, T] key positions
+        if rank in (2, 3):  # [(B,) S * N, 1] query positions against [(B,) 1, T] keys
             heads = ctx.spec.num_attention_heads
             ones = ctx.const(np.ones((1, heads), np.float32), name=f"ones_1x{heads}_f32")
-            column = op.Mul(op.Reshape(inputs.positions, ctx.ints([-1, 1])), ones)  # [S, N]
-            queries, keys = op.Reshape(column, ctx.ints([-1, 1])), key_positions
+            if rank == 2:  # batch 1
+                column = op.Mul(op.Reshape(inputs.positions, ctx.ints([-1, 1])), ones)
+                queries, keys = op.Reshape(column, ctx.ints([-1, 1])), key_positions
+            else:
+                column = op.Mul(op.Unsqueeze(inputs.positions, ctx.ints([2])), ones)
+                queries = op.Reshape(column, ctx.ints([0, -1, 1]))  # [B, S * N, 1]
+                keys = op.Unsqueeze(key_positions, ctx.ints([1]))
         else:  # [B, S, 1] against [B, 1, T]
             queries = op.Unsqueeze(inputs.positions, ctx.ints([2]))
             keys = op.Unsqueeze(key_positions, ctx.ints([1]))
@@ -223,16 +274,17 @@ def owner(
     rotated = op.Reshape(qk, ctx.ints([0, 0, (n + kv) * dim]))
     if layer.rope:
         cos, sin = inputs.rope[layer.attention]
-        rotated = ctx.ms.RotaryEmbedding(
-            rotated, inputs.position_ids, cos, sin, num_heads=n + kv, interleaved=0
-        )
+        ids = inputs.kind_ids.get(layer.attention, inputs.position_ids)
+        rotated = ctx.ms.RotaryEmbedding(rotated, ids, cos, sin, num_heads=n + kv, interleaved=0)
     query, key = op.Split(rotated, ctx.ints([n * dim, kv * dim]), axis=-1, _outputs=2)
     index = _scatter_index(ctx, inputs, kv, dim)
+    if inputs.kv_dtype != F32:  # rounded as GroupQueryAttention layers' K / V are
+        key, value = op.Cast(key, to=inputs.kv_dtype), op.Cast(value, to=inputs.kv_dtype)
     present_key = op.ScatterElements(past_key, index, _cache_layout(ctx, key, kv, dim), axis=2)
     present_value = op.ScatterElements(
         past_value, index, _cache_layout(ctx, value, kv, dim), axis=2
     )
-    inputs.prepared[layer.index] = _prepare(ctx, layer, inputs, present_key, present_value)
+    _prepare(ctx, layer, inputs, present_key, present_value)
     return attend(ctx, layer, inputs, query, layer.index), present_key, present_value
 
 
@@ -245,7 +297,8 @@ def shared_query(
     if not layer.rope:
         return flat
     cos, sin = inputs.rope[layer.attention]
-    return ctx.ms.RotaryEmbedding(flat, inputs.position_ids, cos, sin, num_heads=n, interleaved=0)
+    ids = inputs.kind_ids.get(layer.attention, inputs.position_ids)
+    return ctx.ms.RotaryEmbedding(flat, ids, cos, sin, num_heads=n, interleaved=0)
 
 
 def _cache_layout(ctx: BuildContext, x: ir.Value, kv: int, dim: int) -> ir.Value:
@@ -262,22 +315,40 @@ def _prepare(
     inputs: StaticInputs,
     keys: ir.Value,
     values: ir.Value,
-) -> tuple[ir.Value, ir.Value]:
-    """K and V a layer attends over: the sliding window's slots, or the whole buffer, shaped
-    once for every layer that reads them. One KV head: K and V [T, D] (batch 1) for the
-    scores Gemm and P @ V. Several: K [B, kv, T, D] as stored for the scores Einsum (K is
-    never transposed), V [B, 1, kv, T, D] against probabilities [B, S, kv, G, T]."""
+) -> None:
+    """Sets ``inputs.prepared[layer.index]`` for KV owner ``layer``: the K and V a layer
+    attends over, the sliding window's slots (not batch 1: each row's own) or the
+    whole buffer, shaped once for every layer that reads them. One KV head: K and V
+    [T, D] (batch 1) for the scores Gemm and P @ V; not batch 1, K transposed [B, D, T]
+    and V [B, T, D] for batched MatMuls. Several: K [B, kv, T, D] as stored for the
+    scores Einsum (K is never transposed), V [B, 1, kv, T, D] against probabilities
+    [B, S, kv, G, T]. Buffers of another dtype are read back as fp32 here, once for every
+    layer that reads them."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
-    if layer.attention == "sliding":
+    if layer.attention == "sliding" and inputs.batch_one:
         slots, _ = _window(ctx, inputs)
         keys = op.Gather(keys, slots, axis=2)
         values = op.Gather(values, slots, axis=2)
+    elif layer.attention == "sliding":  # [B, T] slots, as [B, kv, T, D] element indices
+        slots, _ = _window(ctx, inputs)
+        zeros = ctx.const(np.zeros((1, kv, 1, dim), np.int32), name=f"zeros_i32_{kv}x{dim}")
+        index = op.Add(op.Reshape(slots, ctx.ints([0, 1, -1, 1])), zeros)
+        keys = op.GatherElements(keys, index, axis=2)
+        values = op.GatherElements(values, index, axis=2)
+    if inputs.kv_dtype != F32:
+        keys, values = op.Cast(keys, to=F32), op.Cast(values, to=F32)
     if layer.attention == "full" and inputs.buffer_positions is None:
         inputs.buffer_positions = _buffer_positions(ctx, keys)
-    if kv == 1:
-        return op.Reshape(keys, ctx.ints([-1, dim])), op.Reshape(values, ctx.ints([-1, dim]))
-    return keys, op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
+    if kv == 1 and inputs.batch_one:
+        keys = op.Reshape(keys, ctx.ints([-1, dim]))
+        values = op.Reshape(values, ctx.ints([-1, dim]))
+    elif kv == 1:
+        keys = op.Transpose(op.Reshape(keys, ctx.ints([0, -1, dim])), perm=[0, 2, 1])
+        values = op.Reshape(values, ctx.ints([0, -1, dim]))
+    else:
+        values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
+    inputs.prepared[layer.index] = (keys, values)
 
 
 def attend(
@@ -300,7 +371,13 @@ def attend(
     else:
         assert inputs.buffer_positions is not None
         key_positions = inputs.buffer_positions
-    if kv == 1:
+    if kv == 1 and not inputs.batch_one:  # [B, S * N, D] @ [B, D, T], batched
+        bias = _bias(ctx, inputs, layer.attention, key_positions, 3)
+        rows = op.Reshape(query, ctx.ints([0, -1, dim]))
+        scores = scaled(ctx, op.MatMul(rows, keys), layer.attention_scale, F32)
+        probs = op.Softmax(op.Add(scores, bias), axis=-1)
+        out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, -1, n * dim]))
+    elif kv == 1:
         bias = _bias(ctx, inputs, layer.attention, key_positions, 2)
         rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
         scale = layer.attention_scale

@@ -42,7 +42,7 @@ from engine.graph.modules import (
 )
 from engine.logical import RopeTable, RowOrder
 from engine.options import ExportOptions
-from engine.spec import LayerSpec, ModelSpec, RopeSpec
+from engine.spec import AttentionKind, LayerSpec, ModelSpec, RopeSpec
 
 
 class Attention(Module):
@@ -236,35 +236,36 @@ class Attention(Module):
 
 
 class RopeCaches(Module):
-    """cos / sin caches per attention kind that some layer rotates in: computed, not read;
-    ``dtype`` as :class:`Param`.
+    """cos / sin caches per attention kind that some layer rotates in: computed, not read.
 
-    ``rotated_only``: keep just the columns of the frequency pairs that rotate (a quarter
-    of a proportional-RoPE full layer's); the graph pads the rows it gathers.
+    Kinds in ``fp32`` (lowered over static buffers) are fp32, the others the package's
+    dtype; kinds in ``trimmed`` keep just the columns of the frequency pairs that rotate (a
+    quarter of a proportional-RoPE full layer's; the graph pads the rows it gathers).
     """
 
     def __init__(
         self,
         spec: ModelSpec,
         max_length: int,
-        dtype: str | None = None,
         *,
-        rotated_only: bool = False,
+        fp32: frozenset[AttentionKind] = frozenset(),
+        trimmed: frozenset[AttentionKind] = frozenset(),
     ) -> None:
         for kind in attn.rotary_kinds(spec):
             head_dim = next(layer.head_dim for layer in spec.layers if layer.attention == kind)
             rope = spec.rope[kind]
-            cols = rope.rotated_pairs(head_dim) if rotated_only else head_dim // 2
+            cols = rope.rotated_pairs(head_dim) if kind in trimmed else head_dim // 2
+            dtype = sattn.CORE_DTYPE if kind in fp32 else None
             setattr(self, kind, _CosSin(rope, head_dim, max_length, cols, dtype))
 
 
 def rope_caches(spec: ModelSpec, options: ExportOptions, max_length: int) -> RopeCaches:
-    """The caches the decoder's attention lowering reads: on static buffers fp32 and only
-    the rotated columns (fp16's bytes, fp32's precision), else full width in the package's
-    dtype."""
-    if attn.uses_static_buffers(spec, options):
-        return RopeCaches(spec, max_length, sattn.CORE_DTYPE, rotated_only=True)
-    return RopeCaches(spec, max_length)
+    """The caches the decoder's attention lowering reads: for kinds on static buffers fp32,
+    with only the rotated columns under a static capture graph (fp16's bytes, fp32's
+    precision: WebGPU), else full width in the package's dtype."""
+    static = attn.static_kinds(spec, options)
+    trimmed = static if options.caps.capture_needs_static_graph else frozenset()
+    return RopeCaches(spec, max_length, fp32=static, trimmed=trimmed)
 
 
 class _CosSin(Module):
@@ -290,12 +291,16 @@ def outputs(ctx: BuildContext, logits: ir.Value, state: DecoderState) -> None:
     """The decoder's outputs: ``logits`` and each KV-owning layer's present key and value."""
     spec = ctx.spec
     ctx.output(logits, "logits", ctx.dtype, ["batch_size", "sequence_length", spec.vocab_size])
+    # Where some layer writes K / V by position the buffers are shared from the first step:
+    # present is past's buffer, which is longer than the mask (declared as the mask's
+    # length, onnxruntime's planner let the fp32 mask and a buffer row share memory).
+    length = "past_sequence_length" if state.static is not None else "total_sequence_length"
     for cache, layer_spec in enumerate(spec.kv_layers):
         key, value = state.presents[layer_spec.index]
         kv_shape: list[int | str] = [
             "batch_size",
             layer_spec.num_kv_heads,
-            "total_sequence_length",
+            length,
             layer_spec.head_dim,
         ]
         ctx.output(key, f"present.{cache}.key", state.kv_dtype, kv_shape)
@@ -317,7 +322,10 @@ class DecoderState:
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
         self.use_gqa = ctx.plan.uses_gqa
+        static_kinds = attn.static_kinds(spec, ctx.plan.options)
         static_kv = self.use_gqa and ctx.caps.explicit_attention_over_cache
+        # genai allocates every cache in one dtype: the static lowering's fp32 where it is
+        # the only one, else the package's (GQA's) for both
         self.kv_dtype = sattn.KV_DTYPE if static_kv else ctx.dtype
         self.past = []
         for cache, layer in enumerate(spec.kv_layers):
@@ -336,14 +344,20 @@ class DecoderState:
         self.presents = {}
         self.static = None
         self._zeros: dict[object, ir.Value | None] = {}
+        if static_kinds:
+            rope = {
+                kind: attn.rope_caches(ctx, kind)
+                for kind in attn.rotary_kinds(spec)
+                if kind in static_kinds
+            }
+            positions = attn.query_positions(ctx, tokens, attention_mask)
+            self.static = sattn.static_inputs(ctx, positions, rope, self.kv_dtype)
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
-            rope = {kind: attn.rope_caches(ctx, kind) for kind in attn.rotary_kinds(spec)}
-            positions = attn.query_positions(ctx, tokens, attention_mask)
-            self.static = sattn.static_inputs(ctx, positions, rope)
-            return
-        make_inputs = attn.gqa_inputs if self.use_gqa else attn.standard_inputs
-        self.inputs = make_inputs(ctx, tokens, attention_mask)
+        elif self.use_gqa:
+            self.inputs = attn.gqa_inputs(ctx, tokens, attention_mask, static_kinds)
+        else:
+            self.inputs = attn.standard_inputs(ctx, tokens, attention_mask)
 
     def zeros(self, ctx: BuildContext, key: object, like: ir.Value) -> ir.Value | None:
         """The zero skip of the norms whose inputs are shaped as ``like``
@@ -430,11 +444,17 @@ class CausalDecoder(Module):
     ) -> None:
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
-        static_kv = attn.uses_static_buffers(spec, options)
+        static = attn.static_kinds(spec, options)
         fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self.embed_tokens = Embedding(spec.vocab_size, h)
         self.layers = [
-            DecoderLayer(spec, layer, static=static_kv, fuse=fuse, packed=packed)
+            DecoderLayer(
+                spec,
+                layer,
+                static=layer.attention in static,
+                fuse=fuse,
+                packed=packed,
+            )
             for layer in spec.layers
         ]
         self.norm = RMSNorm(h)

@@ -104,6 +104,20 @@ class Package:
         value = options.get("dtype")
         return value if isinstance(value, str) and value else None
 
+    @property
+    def static_kv(self) -> bool:
+        """Some layer writes its K / V into the shared buffers by position (ScatterElements):
+        the past inputs hold ``max_length`` slots from the first step and the cache cannot
+        grow by Concat. Every layer of a package for an EP with
+        ``explicit_attention_over_cache``; the kinds the manifest lists in
+        ``static_kv_kinds`` (CUDA's layers wider than GroupQueryAttention serves)."""
+        from engine.caps import get_caps
+
+        if not self.share_buffer:
+            return False
+        kinds = (self.manifest or {}).get("static_kv_kinds")
+        return get_caps(self.ep).explicit_attention_over_cache or bool(kinds)
+
     def capture_problem(self, ep: str | None = None) -> str | None:
         """Why this package cannot run under graph capture on ``ep`` (None: its own EP), or
         None (:func:`capture_problem`)."""

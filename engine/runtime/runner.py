@@ -58,13 +58,6 @@ class RunnerOptions:
     threads: int | None = None
 
 
-def _static_kv(ep: str) -> bool:
-    """Packages for this EP write K/V into static buffers (they cannot grow by Concat)."""
-    from engine.caps import get_caps
-
-    return get_caps(ep).explicit_attention_over_cache
-
-
 class Runner:
     """A loaded package ready to generate; holds one onnxruntime session.
 
@@ -98,7 +91,7 @@ class Runner:
                 "this package grows its KV cache by concatenation "
                 "(past_present_share_buffer is false); use the growing KV mode"
             )
-        if mode == "growing" and self.package.share_buffer and _static_kv(self.package.ep):
+        if mode == "growing" and self.package.static_kv:
             raise OptionsError(
                 "this package writes its KV cache into static buffers "
                 "(past_present_share_buffer); use the shared KV mode"

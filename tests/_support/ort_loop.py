@@ -9,9 +9,14 @@ import numpy as np
 
 
 def ort_greedy(
-    package: Path, prompt: list[int], steps: int, providers: list[str] | None = None
+    package: Path,
+    prompt: list[int],
+    steps: int,
+    providers: list[str] | None = None,
+    forced: list[int] | None = None,
 ) -> tuple[list[int], list[np.ndarray]]:
-    """Prefill ``prompt`` then ``steps`` greedy steps.
+    """Prefill ``prompt`` then ``steps`` greedy steps (``forced``: feed these tokens
+    instead of the argmax, to compare logits along another run's path).
 
     The KV cache grows by Concat, or, for a package that declares
     ``past_present_share_buffer`` (its attention writes into static buffers), is one
@@ -55,6 +60,7 @@ def ort_greedy(
         }
         if step < steps:
             tokens.append(int(logits[-1][-1].argmax()))
-            ids = np.array([[tokens[-1]]], dtype=index_dtype)
+            fed = tokens[-1] if forced is None else forced[step]
+            ids = np.array([[fed]], dtype=index_dtype)
             total += 1
     return tokens, logits

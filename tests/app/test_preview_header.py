@@ -20,6 +20,8 @@ from tests.app.conftest import wait_for_preview
         ("gemma4-tiny", ExportOptions(ep="webgpu"), ATTENTION_WORDS["static"]),
         ("gemma4-e2b", ExportOptions(ep="webgpu", weight_bits=4), ATTENTION_WORDS["static"]),
         ("gemma4-tiny", ExportOptions(ep="webgpu", attention="standard"), "standard ONNX ops"),
+        ("gemma4-tiny", ExportOptions(ep="cuda"), "GroupQueryAttention"),  # heads <= 256
+        ("gemma4-e2b", ExportOptions(ep="cuda", weight_bits=4), ATTENTION_WORDS["mixed"]),
     ],
 )
 def test_the_preview_names_the_attention_lowering_the_graph_uses(

@@ -120,22 +120,25 @@ def expected_bytes(
 
 
 def _rope_bytes(export_plan: ExportPlan, options: ExportOptions) -> int:
-    """cos + sin caches: [positions, head_dim / 2] in the package's dtype, or (WebGPU's
-    static-buffer attention) fp32 over the rotated pairs only: a proportional-RoPE full
-    layer rotates a quarter of them."""
+    """cos + sin caches: [positions, head_dim / 2] in the package's dtype; for kinds on
+    static buffers fp32 (CUDA's layers wider than its GQA serves), over the rotated pairs
+    only under WebGPU's static capture graph: a proportional-RoPE full layer rotates a
+    quarter of them."""
+    from engine.graph.attention import static_kinds
+
     spec = export_plan.spec
-    head_dims = {layer.attention: layer.head_dim for layer in spec.layers}
-    if export_plan.caps.explicit_attention_over_cache:
-        factors = {
-            kind: spec.rope[kind].partial_rotary_factor
-            if spec.rope[kind].kind == "proportional"
-            else 1.0
-            for kind in head_dims
-        }
-        cols = {kind: int(factors[kind] * d // 2) for kind, d in head_dims.items()}
-        return sum(2 * export_plan.context_length * c * 4 for c in cols.values())
+    static = static_kinds(spec, export_plan.options)
     size = _dtype_bytes(options.resolve().dtype or "fp32")
-    return sum(2 * export_plan.context_length * d // 2 * size for d in head_dims.values())
+    total = 0
+    for kind, d in {layer.attention: layer.head_dim for layer in spec.layers}.items():
+        cols = d // 2
+        if (
+            export_plan.caps.explicit_attention_over_cache
+            and spec.rope[kind].kind == "proportional"
+        ):
+            cols = int(spec.rope[kind].partial_rotary_factor * d // 2)
+        total += 2 * export_plan.context_length * cols * (4 if kind in static else size)
+    return total
 
 
 def _planned_and_expected(

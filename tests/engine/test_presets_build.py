@@ -11,7 +11,7 @@ import pytest
 
 from engine.caps import list_eps
 from engine.errors import OptionsError
-from engine.graph.attention import uses_static_buffers
+from engine.graph.attention import static_kinds
 from engine.models import build_decoder
 from engine.options import ExportOptions
 from engine.pipeline import export
@@ -62,7 +62,7 @@ def test_tiny_preset_package_runs_on_cpu_ep(tmp_path: Path, ep: str, variant: st
     dtype = np.float16 if "float16" in inputs["past_key_values.0.key"].type else np.float32
     feeds = {"input_ids": np.array([[3, 4, 5]], index), "attention_mask": np.ones((1, 3), index)}
     # Attention that writes into static buffers gets them, as genai's shared KV gives them.
-    length = 16 if uses_static_buffers(result.plan.spec, result.plan.options) else 0
+    length = 16 if static_kinds(result.plan.spec, result.plan.options) else 0
     for name, info in inputs.items():
         if name.startswith("past_key_values."):
             feeds[name] = np.zeros((1, info.shape[1], length, info.shape[3]), dtype)

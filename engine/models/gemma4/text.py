@@ -229,7 +229,7 @@ class TextDecoder(Module):
     ) -> None:
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
-        static_kv = attn.uses_static_buffers(spec, options)
+        static = attn.static_kinds(spec, options)
         fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self._embeds_in = embeds_in
         if not embeds_in or spec.tie_word_embeddings:
@@ -238,7 +238,12 @@ class TextDecoder(Module):
             self.per_layer = PerLayerInputs(spec)
         self.layers = [
             DecoderLayer(
-                spec, layer, static=static_kv, fuse=fuse, packed=packed, layer_scalar=layer_scalar
+                spec,
+                layer,
+                static=layer.attention in static,
+                fuse=fuse,
+                packed=packed,
+                layer_scalar=layer_scalar,
             )
             for layer in spec.layers
         ]
