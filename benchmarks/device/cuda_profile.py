@@ -22,7 +22,8 @@ variants the baselines build (the others, this checkout's only). ``--captures 1`
 CUDA graphs on only.
 
 ``--lengths 4096,1032`` measures each package at those ``search.max_length`` values (stage
-keys ``graph_on@<length>``; the packages' default is 4,096); ``--sequence VARIANTS`` also
+keys ``graph_on@<length>``; default the package's own, 4,096; results before
+``2026-12-06c`` were taken at 1,032); ``--sequence VARIANTS`` also
 writes every kernel of two decode steps in launch order (``$OUT/sequence-*.json``).
 
 Writes ``$OUT/cuda_profile.json`` after every stage.
@@ -111,8 +112,10 @@ model = og.Model(config)
 rng = np.random.default_rng(0)
 out = {"capture": capture == "1"}
 
-# one length: one captured graph
-LENGTH = int(os.environ.get("PROFILE_LENGTH") or max(prompt_len + 2 * steps + 8, 1024 + 8))
+# one length: one captured graph; default the package's own (what genai uses), at least
+# the 1,024-token prefill's
+default = json.load(open(os.path.join(package, "genai_config.json")))["search"]["max_length"]
+LENGTH = int(os.environ.get("PROFILE_LENGTH") or max(default, prompt_len + 2 * steps + 8, 1032))
 out["max_length"] = LENGTH
 
 def generator():
@@ -212,8 +215,8 @@ def main() -> None:
     parser.add_argument(
         "--lengths",
         default="",
-        help="search.max_length values to measure (default: the prompt and steps plus the "
-        "1,024-token prefill, 1,032)",
+        help="search.max_length values to measure (default: the package's own, 4,096 for "
+        "these packages; results before 2026-12-06c were measured at 1,032)",
     )
     parser.add_argument(
         "--sequence", default="", help="variants whose kernels of two steps are saved in order"
