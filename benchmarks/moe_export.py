@@ -112,7 +112,7 @@ def status(key):  # VmHWM / VmRSS of this process (ru_maxrss survives fork + exe
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
-path, tokens = sys.argv[1], int(sys.argv[2])
+path, tokens, slots = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 inputs = {i.name: i for i in session.get_inputs()}
 index = np.int32 if inputs["input_ids"].type == "tensor(int32)" else np.int64
@@ -121,7 +121,7 @@ feeds = {"input_ids": (np.arange(tokens, dtype=index) % 200 + 5)[None],
          "attention_mask": np.ones((1, tokens), index)}
 for name, info in inputs.items():
     if name.startswith("past_key_values."):
-        feeds[name] = np.zeros((1, info.shape[1], 0, info.shape[3]), dtype)
+        feeds[name] = np.zeros((1, info.shape[1], slots, info.shape[3]), dtype)
 before = status("VmHWM")
 began = time.perf_counter()
 session.run(["logits"], feeds)
@@ -131,12 +131,18 @@ print(before, status("VmHWM"), time.perf_counter() - began)
 
 def prefill_memory(package: Path, tokens: int) -> dict[str, Any]:
     """Peak RSS of one prefill of ``tokens`` tokens on the CPU EP, in a fresh process: what
-    the MoE lowering costs beyond the loaded weights."""
+    the MoE lowering costs beyond the loaded weights. Past KV buffers are empty, or
+    ``max_length`` slots where the package writes K / V by position (``static_kv``)."""
     import subprocess
     import sys
 
+    from engine.runtime.package import open_package
+
+    opened = open_package(package)
+    slots = opened.max_length if opened.static_kv else 0
+
     done = subprocess.run(
-        [sys.executable, "-c", _PREFILL, str(package / "model.onnx"), str(tokens)],
+        [sys.executable, "-c", _PREFILL, str(package / "model.onnx"), str(tokens), str(slots)],
         capture_output=True,
         text=True,
         check=False,

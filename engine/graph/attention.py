@@ -256,10 +256,17 @@ def _one_set(
     return picked[0], picked[1]
 
 
-def query_positions(ctx: BuildContext, tokens: ir.Value, attention_mask: ir.Value) -> ir.Value:
+def query_positions(
+    ctx: BuildContext, tokens: ir.Value, attention_mask: ir.Value, *, right_padded: bool = False
+) -> ir.Value:
     """float32 [B, S]: positions of the new tokens, ``valid - S + 0..S-1``, from the mask's
     values (no Shape: under graph capture it is a static [1, max_length] of ones then
-    zeros) and ``tokens`` (the ids, or a float row of the input embeddings)."""
+    zeros) and ``tokens`` (the ids, or a float row of the input embeddings).
+
+    ``right_padded``: ``max(valid - S, 0) + 0..S-1``, GroupQueryAttention's convention
+    (and genai's batches: a shorter prompt padded on the right is at 0..S-1, its pads
+    after it; one new token at ``valid - 1``), for layers beside GQA ones. Equal to the
+    other where no row is padded."""
     op = ctx.op
     mask = attention_mask
     if mask.dtype != ir.DataType.INT32:
@@ -268,7 +275,10 @@ def query_positions(ctx: BuildContext, tokens: ir.Value, attention_mask: ir.Valu
     query_ones = _token_ones(ctx, tokens)  # [B, S]
     new_tokens = op.ReduceSum(query_ones, ctx.ints([1]), keepdims=1)
     valid = op.Unsqueeze(op.Cast(lengths, to=F32), ctx.ints([1]))
-    return op.Add(op.Sub(valid, new_tokens), _running_index(ctx, query_ones))
+    first = op.Sub(valid, new_tokens)
+    if right_padded:
+        first = op.Max(first, _scalar(ctx, 0.0, np.float32, "zero_f32"))
+    return op.Add(first, _running_index(ctx, query_ones))
 
 
 def standard_inputs(

@@ -161,8 +161,8 @@ def _batched_inputs(
     for kind, (cos, sin) in caches.items():
         inputs.rope[kind] = (cos, sin)
         switch = attn.long_rope(ctx, kind)
-        if switch is not None:  # longrope: each row's long set once its last position is past
-            last = op.ReduceMax(positions, ctx.ints([1]), keepdims=1)  # [B, 1]
+        if switch is not None:  # longrope: the long set once the batch's last position is past
+            last = op.ReduceMax(positions, ctx.ints([0, 1]), keepdims=1)  # [1, 1], as GQA's
             offset = attn.long_offset(ctx, last, switch, np.float32, 1)
             inputs.kind_ids[kind] = op.Cast(op.Add(positions, offset), to=ir.DataType.INT64)
     return inputs
@@ -222,7 +222,7 @@ def _bias(
             queries = op.Unsqueeze(inputs.positions, ctx.ints([2]))
             keys = op.Unsqueeze(key_positions, ctx.ints([1]))
         bias = _mask(ctx, kind, op.Sub(queries, keys), keys)
-        if rank > 2:
+        if rank > 3:
             bias = op.Unsqueeze(bias, ctx.ints(list(range(2, rank - 1))))
         inputs.bias[(kind, rank)] = bias
     return inputs.bias[(kind, rank)]

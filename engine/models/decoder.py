@@ -350,7 +350,10 @@ class DecoderState:
                 for kind in attn.rotary_kinds(spec)
                 if kind in static_kinds
             }
-            positions = attn.query_positions(ctx, tokens, attention_mask)
+            # batch 1 under a static capture graph; else batches as genai pads them, as the
+            # GroupQueryAttention layers beside these read them
+            right = not ctx.caps.capture_needs_static_graph
+            positions = attn.query_positions(ctx, tokens, attention_mask, right_padded=right)
             self.static = sattn.static_inputs(ctx, positions, rope, self.kv_dtype)
         if static_kv:
             self.inputs = attn.AttentionInputs(input_ids=tokens)
