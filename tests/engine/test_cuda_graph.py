@@ -11,6 +11,7 @@ the mask's shape alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,91 @@ def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
     assert matmuls("cpu") - matmuls("cuda") == (0 if stored_fused else 2 * owners)
     assert error["cuda"].mean() <= 1.5 * error["cpu"].mean() + 1e-4
     assert error["cuda"].max() < 0.15
+
+
+# Inputs the CUDA EP's kernels read in host memory (onnxruntime-gpu's kernel registrations:
+# OrtMemTypeCPUInput): computed from a tensor's values on the device, each needs a
+# MemcpyToHost node, and onnxruntime refuses CUDA graphs for a session with one.
+HOST_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Unsqueeze": (1,),
+    "Squeeze": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Split": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Pad": (1, 2, 3),
+    "Clip": (1, 2),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "TopK": (1,),
+    "CumSum": (1,),
+    "ReduceSum": (1,),
+    "ReduceMax": (1,),
+    "ReduceMean": (1,),
+    "GroupQueryAttention": (6,),
+}
+
+
+def _host_inputs_from_values(model) -> list[str]:
+    """Host-read inputs (:data:`HOST_INPUTS`) of ``model`` (onnx_ir) whose values come from
+    a graph input's values on the way (a walk up the producers that stops at Shape, as the
+    CUDA EP keeps shape arithmetic on the host without a copy)."""
+    found = []
+    for node in model.graph:
+        for index in HOST_INPUTS.get(node.op_type, ()):
+            if index >= len(node.inputs) or node.inputs[index] is None:
+                continue
+            todo, seen = [node.inputs[index]], set()
+            while todo:
+                value = todo.pop()
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if value.is_graph_input():
+                    found.append(f"{node.op_type} {node.name} input {index} <- {value.name}")
+                    break
+                producer = value.producer()
+                if producer is not None and producer.op_type != "Shape":
+                    todo.extend(producer.inputs)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("preset", "options"),
+    [
+        ("gemma4-e2b", ExportOptions(ep="cuda", weight_bits=4, embedding_bits=4)),
+        ("gemma4-e2b", ExportOptions(ep="cuda", dtype="fp16")),
+        ("gemma4-26b-a4b", ExportOptions(ep="cuda", weight_bits=4)),
+        ("qwen3-1.7b", ExportOptions(ep="cuda", weight_bits=4)),
+        ("llama3.2-1b", ExportOptions(ep="cuda", dtype="fp16")),
+    ],
+    ids=["e2b-int4", "e2b-fp16", "26b-int4", "qwen3", "llama"],
+)
+def test_cuda_decoders_read_no_device_values_on_the_host(preset: str, options: ExportOptions):
+    """Every input the CUDA EP reads in host memory (shapes, axes, starts, pads, GQA's
+    total length) is a constant or shape arithmetic: no MemcpyToHost, so CUDA graphs can
+    capture the session. Full-size presets (E2B's 512-wide full layers explicit over the
+    shared buffers, the 26B MoE, Qwen3 and Llama on GQA); graphs only, no weights."""
+    from engine.models import build_decoder
+    from engine.plan import plan
+    from engine.presets import load_preset
+    from engine.rewrites import apply_rewrites
+
+    options = dataclasses.replace(options, modalities=("text",))
+    export_plan = plan(load_preset(preset), options)
+    model = build_decoder(export_plan)
+    apply_rewrites(model, export_plan.caps)
+    assert _host_inputs_from_values(model) == []
+
+
+def test_the_host_input_walk_finds_the_cpu_package_s_value_reads():
+    """The guard above can fail: the CPU lowering computes GroupQueryAttention's total
+    length from the mask's values (right there: no host / device split)."""
+    from engine.models import build_decoder
+    from engine.plan import plan
+    from engine.presets import load_preset
+
+    export_plan = plan(load_preset("qwen3-1.7b"), ExportOptions(ep="cpu", weight_bits=4))
+    found = _host_inputs_from_values(build_decoder(export_plan))
+    assert any(line.startswith("GroupQueryAttention") for line in found), found
