@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 
+from engine.audit import SHAPE_INPUTS
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
 from engine.pipeline import export
@@ -268,20 +269,13 @@ def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
 
 # Inputs the CUDA EP's kernels read in host memory (onnxruntime-gpu's kernel registrations:
 # OrtMemTypeCPUInput): computed from a tensor's values on the device, each needs a
-# MemcpyToHost node, and onnxruntime refuses CUDA graphs for a session with one.
+# MemcpyToHost node, and onnxruntime refuses CUDA graphs for a session with one. The
+# audit's shape / index inputs, and the axes, bounds and lengths CUDA also reads there.
 HOST_INPUTS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,),
-    "Unsqueeze": (1,),
-    "Squeeze": (1,),
-    "Slice": (1, 2, 3, 4),
-    "Split": (1,),
-    "Expand": (1,),
-    "Tile": (1,),
+    **SHAPE_INPUTS,
     "Pad": (1, 2, 3),
     "Clip": (1, 2),
     "ConstantOfShape": (0,),
-    "Range": (0, 1, 2),
-    "TopK": (1,),
     "CumSum": (1,),
     "ReduceSum": (1,),
     "ReduceMax": (1,),
