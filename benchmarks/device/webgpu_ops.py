@@ -375,18 +375,25 @@ def main() -> None:
     for name, (block, x, dtype) in cases(args.tiny).items():
         if args.only and args.only not in name:
             continue
-        started = time.perf_counter()
-        try:
-            repeats = args.repeats
-            if name.startswith(("mlp/", "head/", "pair/")):
-                repeats = min(repeats, 3 if name.startswith("head/") else 5)
-            result = measure(block, x, dtype, repeats, args.replays, bool(args.capture))
-        except Exception as exc:
-            result = {"error": str(exc).splitlines()[0][:300]}
-        result["seconds"] = round(time.perf_counter() - started, 1)
-        report["cases"][name] = result
-        print(name, result, file=sys.stderr, flush=True)
+        repeats = args.repeats
+        if name.startswith(("mlp/", "head/", "pair/")):
+            repeats = min(repeats, 3 if name.startswith("head/") else 5)
+        report["cases"][name] = run_case(
+            name, measure, block, x, dtype, repeats, args.replays, bool(args.capture)
+        )
     print(json.dumps(report, indent=1))
+
+
+def run_case(name: str, measure_case: Callable[..., dict], *args: Any) -> dict[str, Any]:
+    """``measure_case(*args)`` (its error's first line if it fails), with its seconds; logged."""
+    started = time.perf_counter()
+    try:
+        result = measure_case(*args)
+    except Exception as exc:
+        result = {"error": str(exc).splitlines()[0][:300]}
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    print(name, result, file=sys.stderr, flush=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ class StaticInputs:
     window: tuple[ir.Value, ir.Value] | None = None
     """Sliding layers: the window's buffer slots (int32 [n]) and key positions ([B, n])."""
     buffer_positions: ir.Value | None = None
-    """Full layers: key positions 0..L-1 [B, L] of the KV buffer."""
+    """Full layers: key positions 0..L-1 of the KV buffer, [B, L] or [1, L]."""
     bias: dict[tuple[AttentionKind, int], ir.Value] = field(default_factory=dict)
     prepared: dict[int, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     """KV owner's layer index -> (K, V), ready for the scores and the value MatMul."""
@@ -243,8 +243,21 @@ def _mask(ctx: BuildContext, kind: AttentionKind, distance: ir.Value, keys: ir.V
 
 
 def _buffer_positions(ctx: BuildContext, keys: ir.Value) -> ir.Value:
-    """Key positions 0..L-1 [B, L] of a KV buffer, read from its values (NaN-safe), not Shape."""
+    """Key positions 0..L-1 of a KV buffer ``keys`` [B, kv, L, D], as float32.
+
+    EPs that may read shapes (CUDA): a Range over the buffer's length, [1, L]; the length
+    stays on the host, so the device runs two small kernels (Range, Cast). Under a static
+    graph (WebGPU: no Shape) the positions are read from the buffer's values (NaN-safe),
+    [B, L]: a CumSum over L ones, which onnxruntime's CUDA kernel computes per element over
+    its whole prefix (66 us of an H100 decode step at L = 4096, plus 8 us to gather the row).
+    """
     op = ctx.op
+    if not ctx.caps.capture_needs_static_graph:
+        length = op.Squeeze(op.Shape(keys, start=2, end=3), ctx.ints([0]))
+        zero = _const(ctx, 0, np.int64, "zero_i64")
+        one = _const(ctx, 1, np.int64, "one_i64")
+        row = op.Cast(op.Range(zero, length, one), to=F32)  # [L]
+        return op.Unsqueeze(row, ctx.ints([0]))
     index_0 = _const(ctx, 0, np.int64, "index_0")
     row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
     same = op.Equal(row, row)

@@ -284,6 +284,23 @@ HOST_INPUTS: dict[str, tuple[int, ...]] = {
 }
 
 
+def _graph_inputs_above(value, stop_at: str = "") -> list[str]:
+    """Names of the graph inputs whose values reach ``value`` (onnx_ir): a walk up the
+    producers, not through ``stop_at`` nodes (Shape: its output carries no values)."""
+    found, todo, seen = [], [value], set()
+    while todo:
+        value = todo.pop()
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        producer = value.producer()
+        if value.is_graph_input():
+            found.append(value.name)
+        elif producer is not None and producer.op_type != stop_at:
+            todo.extend(producer.inputs)
+    return found
+
+
 def _host_inputs_from_values(model) -> list[str]:
     """Host-read inputs (:data:`HOST_INPUTS`) of ``model`` (onnx_ir) whose values come from
     a graph input's values on the way (a walk up the producers that stops at Shape, as the
@@ -293,18 +310,8 @@ def _host_inputs_from_values(model) -> list[str]:
         for index in HOST_INPUTS.get(node.op_type, ()):
             if index >= len(node.inputs) or node.inputs[index] is None:
                 continue
-            todo, seen = [node.inputs[index]], set()
-            while todo:
-                value = todo.pop()
-                if value is None or id(value) in seen:
-                    continue
-                seen.add(id(value))
-                if value.is_graph_input():
-                    found.append(f"{node.op_type} {node.name} input {index} <- {value.name}")
-                    break
-                producer = value.producer()
-                if producer is not None and producer.op_type != "Shape":
-                    todo.extend(producer.inputs)
+            inputs = _graph_inputs_above(node.inputs[index], stop_at="Shape")
+            found += [f"{node.op_type} {node.name} input {index} <- {name}" for name in inputs]
     return found
 
 
@@ -346,3 +353,30 @@ def test_the_host_input_walk_finds_the_cpu_package_s_value_reads():
     export_plan = plan(load_preset("qwen3-1.7b"), ExportOptions(ep="cpu", weight_bits=4))
     found = _host_inputs_from_values(build_decoder(export_plan))
     assert any(line.startswith("GroupQueryAttention") for line in found), found
+
+
+def test_cuda_e2b_takes_key_positions_from_the_buffer_shape_not_a_scan():
+    """The explicit 512-wide layers' key positions 0..L-1 come from a Range over the
+    buffer's length: a CumSum over the buffer cost 66 us of an H100 decode step at
+    L = 4,096 (onnxruntime's CUDA CumSum sums each element's whole prefix). The only CumSum
+    left runs over the S new tokens."""
+    from engine.models import build_decoder
+    from engine.plan import plan
+    from engine.presets import load_preset
+    from engine.rewrites import apply_rewrites
+
+    options = ExportOptions(ep="cuda", weight_bits=4, embedding_bits=4, modalities=("text",))
+    export_plan = plan(load_preset("gemma4-e2b"), options)
+    model = build_decoder(export_plan)
+    apply_rewrites(model, export_plan.caps)
+    scans = [node for node in model.graph if node.op_type == "CumSum"]
+    assert scans, "the new tokens' running index is a CumSum"
+    for node in scans:
+        above = _graph_inputs_above(node.inputs[0])
+        assert not any(name.startswith("past_key_values") for name in above), (node.name, above)
+    ranges = [node for node in model.graph if node.op_type == "Range"]
+    assert any(
+        any(name.startswith("past_key_values") for name in _graph_inputs_above(node.inputs[1]))
+        for node in ranges
+    )
+

@@ -282,15 +282,20 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-@pytest.mark.parametrize("weight_bits, embedding_bits", [(4, 4), (4, 8), (8, 4)])
+@pytest.mark.parametrize(
+    "weight_bits, embedding_bits, symmetric",
+    [(4, 4, False), (4, 8, False), (8, 4, False), (4, 4, True)],
+)
 def test_tied_head_reuses_the_quantized_embedding_bytes(
-    packages: Packages, weight_bits: int, embedding_bits: int
+    packages: Packages, weight_bits: int, embedding_bits: int, symmetric: bool
 ):
     """No lm_head initializer: the head's MatMulNBits reads embed_tokens.weight.qweight through
     a Reshape (and its scales and zero points directly), with the embedding's bits and block
-    size whatever the decoder's weight bits; the table is stored once."""
+    size whatever the decoder's weight bits; the table is stored once. A symmetric table keeps
+    its zero points for GatherBlockQuantized, but the head leaves them out (MatMulNBits'
+    default is the same 2**(bits-1); onnxruntime's CUDA kernel without them is faster)."""
     model = "all_features"
-    options = quant_options(weight_bits, embedding_bits)
+    options = quant_options(weight_bits, embedding_bits, symmetric=symmetric)
     result = packages.export(model, options)
     graph = onnx.load(str(result.output / "model.onnx"), load_external_data=False).graph
     names = {t.name for t in graph.initializer}
@@ -312,7 +317,10 @@ def test_tied_head_reuses_the_quantized_embedding_bytes(
             heads.append(node)
     assert len(heads) == 1
     head = heads[0]
-    assert list(head.input[2:]) == [f"{table}.scales", f"{table}.zero_points"]
+    expected = [f"{table}.scales"] if symmetric else [f"{table}.scales", f"{table}.zero_points"]
+    assert list(head.input[2:]) == expected
+    table_gathers = [n for n in gathers if n.input[0].startswith(table)]
+    assert all(n.input[3] == f"{table}.zero_points" for n in table_gathers)
     vocab, hidden = result.plan.spec.vocab_size, result.plan.spec.hidden_size
     assert _attrs(head) | {"accuracy_level": 0} == {
         "K": hidden,

@@ -1,0 +1,218 @@
+"""What one INT4 projection costs on the CUDA EP under CUDA graphs: MatMulNBits at E2B's
+decode shapes (M = 1) in the forms a decoder could use, side by side in one run.
+
+MatMulNBits' M = 1 kernel was ~45% of an E2B INT4 decode step on an H100
+(``results/cuda_profile-2026-12-06c-*-step-4096.json``), at 0.5-1.2 TB/s where the card
+reads ~3: it gives one warp per output column (``ceil(N / 8)`` blocks of 8 warps), so a
+1,536-wide output runs 192 blocks over 132 SMs, each warp walking all of K. The cases:
+
+* ``pair/<form>/HxF``: H -> F -> H projections (E2B: H = 1,536; F = 2,048, 6,144, 12,288),
+  fp16 activations, as MatMulNBits with block 128 without zero points (what ``--symmetric
+  --block-size 128`` packages hold), with zero points, at blocks 32 and 64; ``splitkG``:
+  K cut in G parts run as one MatMulNBits of M = G rows over a [G * N, K / G] weight (the
+  same bytes), whose block diagonal is the product (a Mul by the identity and a
+  ReduceSum): G times the warps, each walking K / G; ``fp16``: a plain fp16 MatMul.
+* ``head/<form>``: the tied LM head (262,144 x 1,536) with and without zero points.
+
+Each case is a chain of R copies of a block (weights distinct per copy, so nothing stays
+in cache), bound to device buffers and replayed as a CUDA graph; a block's cost is
+``(t(R) - t(1)) / (R - 1)``.
+
+    python3 benchmarks/device/cuda_ops.py [--only pair] [--repeats 5]
+
+Needs onnxruntime-gpu (e.g. ``PYTHONPATH=/tmp/site_cuda``, as cuda_profile.py sets up);
+prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from onnx import TensorProto, helper
+from webgpu_ops import Block, Chain, _model, run_case
+
+F16 = TensorProto.FLOAT16
+HIDDEN, VOCAB = 1536, 262144
+
+
+def nbits(c: Chain, x: str, k: int, n: int, block_size: int, zero_points: bool) -> str:
+    """MatMulNBits ``x [..., K] -> [..., N]``, 4-bit random blocks."""
+    blocks = (k + block_size - 1) // block_size
+    packed = c.init(c.rng.integers(0, 256, (n, blocks, block_size // 2), np.uint8))
+    scales = c.init((0.01 * c.rng.random(n * blocks)).astype(np.float16), "s")
+    inputs = [x, packed, scales]
+    if zero_points:
+        inputs.append(c.init(c.rng.integers(0, 256, n * ((blocks + 1) // 2), np.uint8), "z"))
+    return c.node(
+        "MatMulNBits", inputs, domain="com.microsoft", K=k, N=n, bits=4, block_size=block_size
+    )
+
+
+def linear(c: Chain, x: str, k: int, n: int, form: str) -> str:
+    if form == "fp16":
+        return c.node("MatMul", [x, c.randn((k, n), np.float16, k**-0.5)])
+    if form.startswith("splitk"):  # [1, 1, K] -> [G, K / G] rows -> [G, G * N] -> diagonal
+        groups = int(form[len("splitk") :])
+        rows = c.node("Reshape", [x, c.init(np.array([groups, k // groups], np.int64))])
+        every = nbits(c, rows, k // groups, groups * n, 128, False)  # [G, G * N]
+        cube = c.node("Reshape", [every, c.init(np.array([groups, groups, n], np.int64))])
+        eye = np.eye(groups, dtype=np.float16)[:, :, None]
+        diagonal = c.node("Mul", [cube, c.init(eye, "eye")])
+        summed = c.node("ReduceSum", [diagonal, c.init(np.array([0, 1], np.int64))], keepdims=0)
+        return c.node("Reshape", [summed, c.init(np.array([1, 1, n], np.int64))])
+    block_size = int(form.split("-")[0][1:])  # "b128", "b128-zp"
+    return nbits(c, x, k, n, block_size, form.endswith("-zp"))
+
+
+def pair(form: str, inner: int) -> Block:
+    def block(c: Chain, x: str, i: int) -> str:
+        return linear(c, linear(c, x, HIDDEN, inner, form), inner, HIDDEN, form)
+
+    return block
+
+
+def head(form: str) -> Block:
+    """The LM head, then its first H logits as the next block's input."""
+
+    def block(c: Chain, x: str, i: int) -> str:
+        logits = linear(c, x, HIDDEN, VOCAB, form)
+        starts, ends = c.init(np.array([0], np.int64)), c.init(np.array([HIDDEN], np.int64))
+        return c.node("Slice", [logits, starts, ends, c.init(np.array([2], np.int64))])
+
+    return block
+
+
+def cases() -> dict[str, Block]:
+    out: dict[str, Block] = {}
+    for inner in (2048, 6144, 12288):
+        for form in ("b128", "b128-zp", "b64", "b32", "splitk2", "splitk4", "fp16"):
+            out[f"pair/{form}/{HIDDEN}x{inner}"] = pair(form, inner)
+    for form in ("b128", "b128-zp", "b32"):
+        out[f"head/{form}"] = head(form)
+    return out
+
+
+def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
+    """Seconds per replay of ``model``'s CUDA graph, input and output on the device."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
+    session = ort.InferenceSession(model, options, providers=providers)
+    x_dev = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    y_dev = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(x), "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", x_dev)
+    binding.bind_ortvalue_output("y", y_dev)
+    for _ in range(3):  # the first runs capture
+        session.run_with_iobinding(binding)
+    y_dev.numpy()
+    runs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(replays):
+            session.run_with_iobinding(binding)
+        y_dev.numpy()  # waits for the stream
+        runs.append((time.perf_counter() - started) / replays)
+    return statistics.median(runs)
+
+
+def measure(block: Block, repeats: int, replays: int) -> dict[str, float]:
+    x = np.random.default_rng(0).standard_normal((1, 1, HIDDEN)).astype(np.float16)
+    times = {}
+    for r in (1, repeats):
+        times[r] = _replay_seconds(_model(block, r, list(x.shape), F16, seed=r), x, replays)
+    return {
+        "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
+        "us_chain_1": round(1e6 * times[1], 2),
+        f"us_chain_{repeats}": round(1e6 * times[repeats], 2),
+    }
+
+
+def check_splitk() -> float:
+    """Largest |difference| between ``splitk4`` and one MatMulNBits over the same weight,
+    on the CPU EP (the identity the split relies on)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(1)
+    k, n, groups = 512, 256, 4
+    packed = rng.integers(0, 256, (n, k // 128, 64), np.uint8)
+    scales = (0.01 * rng.random(n * (k // 128))).astype(np.float16)
+    # the split weight: rows g * N + j hold row j's K-slice g (blocks g * K/G/128 ...)
+    per = k // groups // 128
+    split_packed = np.concatenate([packed[:, g * per : (g + 1) * per] for g in range(groups)])
+    split_scales = np.concatenate(
+        [scales.reshape(n, -1)[:, g * per : (g + 1) * per].reshape(-1) for g in range(groups)]
+    )
+    x = rng.standard_normal((1, 1, k)).astype(np.float16)
+    results = []
+    for form, (w, s) in (("one", (packed, scales)), ("split", (split_packed, split_scales))):
+        c = Chain(rng)
+        weight, scale = c.init(w), c.init(s)
+        attrs = {"bits": 4, "block_size": 128, "domain": "com.microsoft"}
+        if form == "one":
+            y = c.node("MatMulNBits", ["x", weight, scale], K=k, N=n, **attrs)
+        else:
+            rows = c.node("Reshape", ["x", c.init(np.array([groups, k // groups], np.int64))])
+            split = {"K": k // groups, "N": groups * n}
+            every = c.node("MatMulNBits", [rows, weight, scale], **split, **attrs)
+            cube = c.node("Reshape", [every, c.init(np.array([groups, groups, n], np.int64))])
+            diagonal = c.node("Mul", [cube, c.init(np.eye(groups, dtype=np.float16)[:, :, None])])
+            axes = c.init(np.array([0, 1], np.int64))
+            summed = c.node("ReduceSum", [diagonal, axes], keepdims=0)
+            y = c.node("Reshape", [summed, c.init(np.array([1, 1, n], np.int64))])
+        c.nodes.append(helper.make_node("Identity", [y], ["y"]))
+        graph = helper.make_graph(
+            c.nodes,
+            "check",
+            [helper.make_tensor_value_info("x", F16, [1, 1, k])],
+            [helper.make_tensor_value_info("y", F16, [1, 1, n])],
+            initializer=c.inits,
+        )
+        opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+        model = helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        results.append(session.run(None, {"x": x})[0].astype(np.float32))
+    return float(np.abs(results[0] - results[1]).max() / np.abs(results[0]).max())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--only", default="", help="run cases whose name contains this")
+    parser.add_argument("--check", action="store_true", help="only the CPU identity check")
+    args = parser.parse_args()
+    import onnxruntime as ort
+
+    report: dict[str, Any] = {
+        "benchmark": "cuda_ops",
+        "onnxruntime": ort.__version__,
+        "splitk4_relative_error_cpu": check_splitk(),
+        "repeats": args.repeats,
+        "replays": args.replays,
+        "cases": {},
+    }
+    if not args.check:
+        for name, block in cases().items():
+            if args.only and args.only not in name:
+                continue
+            repeats = 3 if name.startswith("head/") else args.repeats
+            report["cases"][name] = run_case(name, measure, block, repeats, args.replays)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

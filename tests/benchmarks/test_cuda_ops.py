@@ -1,0 +1,31 @@
+"""cuda_ops.py's split-K form is the same product as one MatMulNBits (on the CPU EP), and
+every form it times builds a graph that runs: a form that computed something else, or did
+not run, would mislead the comparison made on the GPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks" / "device"))
+
+import cuda_ops as ops  # noqa: E402
+
+
+def test_split_k_rows_compute_one_matmulnbits():
+    assert ops.check_splitk() < 2e-3  # fp16 partial sums; a wrong block order gives ~1
+
+
+@pytest.mark.parametrize("form", ["b128", "b128-zp", "b64", "b32", "splitk2", "splitk4", "fp16"])
+def test_pair_forms_run(form: str):
+    import onnxruntime as ort
+
+    model = ops._model(ops.pair(form, 2048), 1, [1, 1, ops.HIDDEN], ops.F16, seed=1)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 1, ops.HIDDEN)).astype(np.float16)
+    y = session.run(None, {"x": x})[0]
+    assert y.shape == (1, 1, ops.HIDDEN) and np.isfinite(y).all()
