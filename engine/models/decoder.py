@@ -196,13 +196,15 @@ class Attention(Module):
         else:
             query = finish(*project(self.q_proj, heads, q_norm), heads, q_norm)
             # Attend to the producer's full present KV; this layer adds nothing to it.
-            past_key, past_value = state.presents[layer.kv_source]
+            past_key, past_value = state.shared_kv(layer.kv_source)
         lower = attn.gqa if state.use_gqa else attn.standard
         out, present_key, present_value = lower(
             ctx, layer, state.inputs, query, key, value, past_key, past_value
         )
         if layer.owns_kv:
             state.presents[layer.index] = (present_key, present_value)
+        elif state.use_gqa:
+            state.chain[layer.kv_source] = (present_key, present_value)
         return self.o_proj(ctx, out)
 
     def _norm(self, name: str) -> RMSNorm | None:
@@ -318,6 +320,12 @@ class DecoderState:
     use_gqa: bool
     static: sattn.StaticInputs | None
     kv_dtype: ir.DataType
+    chain: dict[int, tuple[ir.Value, ir.Value]]
+    """KV producer -> the present of the last KV-shared GroupQueryAttention layer that read
+    its cache (the same K / V: such a layer appends nothing). The next one reads that, so
+    each present has one reader and onnxruntime may write it in place of its past
+    (GroupQueryAttention's MayInplace): past and present then share a buffer, and the CUDA
+    kernel neither copies the cache into a present nothing reads nor leaves XQA."""
 
     def __init__(self, ctx: BuildContext, attention_mask: ir.Value, tokens: ir.Value) -> None:
         spec = ctx.spec
@@ -342,6 +350,7 @@ class DecoderState:
                 )
             )
         self.presents = {}
+        self.chain = {}
         self.static = None
         self._zeros: dict[object, ir.Value | None] = {}
         if static_kinds:
@@ -369,6 +378,11 @@ class DecoderState:
         if key not in self._zeros:
             self._zeros[key] = zero_rows(ctx, like)
         return self._zeros[key]
+
+    def shared_kv(self, producer: int) -> tuple[ir.Value, ir.Value]:
+        """The K / V a KV-shared layer reads: its producer's present, or the present of the
+        last KV-shared layer that read it (:attr:`chain`)."""
+        return self.chain.get(producer, self.presents[producer])
 
     def head_rows(
         self, ctx: BuildContext, x: ir.Value, heads: bool, count: int, dim: int
