@@ -31,9 +31,10 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
 * the K / V a KV owner prepares (a window gathered, V shaped for its MatMul) are reused by
   every KV-shared layer reading its cache.
 
-Shapes are static under capture (batch 1), every op stays on the device. The buffers'
-unwritten slots must be finite (WebGPU zero-initializes buffers): probabilities of 0
-multiply them.
+Shapes are static under capture (batch 1), every op stays on the device (on CUDA the full
+layers' key positions are a Range over the buffer's length, read on the host). The
+buffers' unwritten slots must be finite (WebGPU zero-initializes buffers): probabilities
+of 0 multiply them.
 """
 
 from __future__ import annotations

@@ -304,3 +304,49 @@ def onnx_graph(package: Path):
     import onnx
 
     return onnx.load(package / "model.onnx", load_external_data=False).graph
+
+
+def test_kv_shared_layers_chained_in_place_match_reading_the_producer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Three KV-shared sliding layers read one producer's cache as a chain (each the
+    present of the one before, so onnxruntime may write each present in place of its
+    past): the same logits as each reading the producer's present (the form the EPs marked
+    untested keep), and transformers' along its greedy path."""
+    import dataclasses
+
+    import engine.caps as caps
+
+    path = tmp_path / "ckpt"
+    layer_types = (["sliding_attention"] * 3 + ["full_attention"]) * 2
+    model = make_checkpoint(
+        path, num_hidden_layers=8, layer_types=layer_types, num_kv_shared_layers=4
+    )
+    options = ExportOptions(ep="cuda", dtype="fp32", attention="gqa")
+    chained, direct = tmp_path / "chained", tmp_path / "direct"
+    export(chained, model_dir=path, options=options)
+    untested = dataclasses.replace(caps.get_caps("cuda"), untested="(a test)")
+    monkeypatch.setitem(caps._REGISTRY, "cuda", untested)
+    export(direct, model_dir=path, options=options)
+
+    def links(out: Path) -> int:
+        """KV-shared GroupQueryAttention layers whose past is another KV-shared layer's
+        present (a KV owner's past is a graph input)."""
+        graph = onnx_graph(out)
+        makers = {o: n for n in graph.node for o in n.output}
+        shared = [
+            n for n in graph.node if n.op_type == "GroupQueryAttention" and n.input[3] in makers
+        ]
+        return sum(makers[n.input[3]] in shared for n in shared)
+
+    assert links(direct) == 0
+    assert links(chained) == 2  # layers 5 and 6 read 4's and 5's presents
+    ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
+    _, chained_logits = ort_greedy(chained, PROMPT, DECODE_STEPS, forced=ref_tokens)
+    _, direct_logits = ort_greedy(direct, PROMPT, DECODE_STEPS, forced=ref_tokens)
+    for a, b in zip(chained_logits, direct_logits, strict=True):
+        np.testing.assert_array_equal(a, b)
+    diffs = [float(np.abs(a - b).max()) for a, b in zip(chained_logits, ref_logits, strict=True)]
+    peak = max(float(np.abs(r).max()) for r in ref_logits)
+    print(f"vs transformers: {max(diffs):.2e} (logits up to {peak:.1f})")
+    assert max(diffs) <= 5e-4, diffs
