@@ -39,6 +39,19 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "TopK": (1,),
     "Split": (1,),
 }
+# Inputs the CUDA EP's kernels read in host memory (onnxruntime-gpu's registrations,
+# OrtMemTypeCPUInput): the shape / index inputs above and the axes, bounds and lengths.
+HOST_READ_INPUTS: dict[str, tuple[int, ...]] = {
+    **SHAPE_INPUTS,
+    "Pad": (1, 2, 3),
+    "Clip": (1, 2),
+    "ConstantOfShape": (0,),
+    "CumSum": (1,),
+    "ReduceSum": (1,),
+    "ReduceMax": (1,),
+    "ReduceMean": (1,),
+    "GroupQueryAttention": (6,),
+}
 INT64 = ir.DataType.INT64
 
 
@@ -162,6 +175,8 @@ def audit_model(model: ir.Model, caps: EpCapabilities, session: str = "decoder")
                         f"int64 graph input; {caps.display_name} needs int32",
                     )
                 )
+    if caps.host_shape_inputs:
+        findings += _host_value_reads(model, caps)
     counts = Counter(node.op_type for node in model.graph.all_nodes())
     return SessionAudit(
         session=session,
@@ -170,6 +185,42 @@ def audit_model(model: ir.Model, caps: EpCapabilities, session: str = "decoder")
         findings=tuple(findings),
         op_counts=dict(sorted(counts.items())),
     )
+
+
+def graph_inputs_above(value: ir.Value | None, stop_at: str = "") -> list[str]:
+    """Names of the graph inputs whose values reach ``value``: a walk up the producers, not
+    through ``stop_at`` nodes (Shape: its output carries no values)."""
+    found, todo, seen = [], [value], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        producer = current.producer()
+        if current.is_graph_input():
+            found.append(current.name or "")
+        elif producer is not None and producer.op_type != stop_at:
+            todo.extend(producer.inputs)
+    return found
+
+
+def _host_value_reads(model: ir.Model, caps: EpCapabilities) -> list[Finding]:
+    """Host-read inputs (:data:`HOST_READ_INPUTS`) computed from a graph input's values:
+    the EP copies each to the host every run (shape arithmetic after Shape stays there with
+    no copy), and graph capture cannot replay the copy."""
+    findings = []
+    for node in model.graph.all_nodes():
+        for index in HOST_READ_INPUTS.get(node.op_type, ()):
+            if index >= len(node.inputs) or _is_static(node.inputs[index]):
+                continue
+            for name in graph_inputs_above(node.inputs[index], stop_at="Shape"):
+                reason = (
+                    f"input {index} is computed from the values of '{name}': "
+                    f"{caps.display_name} reads it on the host, a copy that graph capture "
+                    "cannot replay"
+                )
+                findings.append(Finding(node.name or "", node.op_type, reason))
+    return findings
 
 
 _PLACEMENT_SCRIPT = r"""

@@ -68,6 +68,12 @@ class EpCapabilities:
     capture_needs_static_graph: bool = False
     """Under capture every node must stay on the device: no Shape, ConstantOfShape,
     int64 tensor Slice/Squeeze, If/Loop; shapes static except the sequence axes."""
+    host_shape_inputs: bool = False
+    """The EP's kernels read shape-like inputs in host memory (Reshape's shape, Slice's
+    starts, Pad's pads, Clip's bounds, reduction axes, GroupQueryAttention's total length:
+    :data:`engine.audit.HOST_READ_INPUTS`). One computed from a graph input's values (not
+    through Shape) needs a copy to the host, which graph capture cannot replay; the audit
+    reports each."""
     host_total_length: bool = False
     """GroupQueryAttention reads ``total_sequence_length`` on the host, so it is taken from
     the mask's shape (a shape subgraph, which onnxruntime keeps on the CPU with no copy)
@@ -220,6 +226,7 @@ _REGISTRY: dict[str, EpCapabilities] = {
             # affected; the fp32 islands of those packages are then exact too.
             provider_options={"enable_cuda_graph": "0", "use_tf32": "0"},
             capture_option="enable_cuda_graph",
+            host_shape_inputs=True,
             host_total_length=True,
             gqa_max_head_dim=256,
             packed_qkv=True,

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.audit import SHAPE_INPUTS
+from engine.audit import audit_model, graph_inputs_above
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
 from engine.pipeline import export
@@ -267,52 +267,11 @@ def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
     assert error["cuda"].max() < 0.15
 
 
-# Inputs the CUDA EP's kernels read in host memory (onnxruntime-gpu's kernel registrations:
-# OrtMemTypeCPUInput): computed from a tensor's values on the device, each needs a
-# MemcpyToHost node, and onnxruntime refuses CUDA graphs for a session with one. The
-# audit's shape / index inputs, and the axes, bounds and lengths CUDA also reads there.
-HOST_INPUTS: dict[str, tuple[int, ...]] = {
-    **SHAPE_INPUTS,
-    "Pad": (1, 2, 3),
-    "Clip": (1, 2),
-    "ConstantOfShape": (0,),
-    "CumSum": (1,),
-    "ReduceSum": (1,),
-    "ReduceMax": (1,),
-    "ReduceMean": (1,),
-    "GroupQueryAttention": (6,),
-}
-
-
-def _graph_inputs_above(value, stop_at: str = "") -> list[str]:
-    """Names of the graph inputs whose values reach ``value`` (onnx_ir): a walk up the
-    producers, not through ``stop_at`` nodes (Shape: its output carries no values)."""
-    found, todo, seen = [], [value], set()
-    while todo:
-        value = todo.pop()
-        if value is None or id(value) in seen:
-            continue
-        seen.add(id(value))
-        producer = value.producer()
-        if value.is_graph_input():
-            found.append(value.name)
-        elif producer is not None and producer.op_type != stop_at:
-            todo.extend(producer.inputs)
-    return found
-
-
 def _host_inputs_from_values(model) -> list[str]:
-    """Host-read inputs (:data:`HOST_INPUTS`) of ``model`` (onnx_ir) whose values come from
-    a graph input's values on the way (a walk up the producers that stops at Shape, as the
-    CUDA EP keeps shape arithmetic on the host without a copy)."""
-    found = []
-    for node in model.graph:
-        for index in HOST_INPUTS.get(node.op_type, ()):
-            if index >= len(node.inputs) or node.inputs[index] is None:
-                continue
-            inputs = _graph_inputs_above(node.inputs[index], stop_at="Shape")
-            found += [f"{node.op_type} {node.name} input {index} <- {name}" for name in inputs]
-    return found
+    """The audit's host-read findings for CUDA (inputs CUDA reads on the host computed
+    from a graph input's values), one line each."""
+    findings = audit_model(model, get_caps("cuda")).findings
+    return [f"{f.op_type} {f.node}: {f.reason}" for f in findings if "on the host" in f.reason]
 
 
 @pytest.mark.parametrize(
@@ -372,11 +331,11 @@ def test_cuda_e2b_takes_key_positions_from_the_buffer_shape_not_a_scan():
     scans = [node for node in model.graph if node.op_type == "CumSum"]
     assert scans, "the new tokens' running index is a CumSum"
     for node in scans:
-        above = _graph_inputs_above(node.inputs[0])
+        above = graph_inputs_above(node.inputs[0])
         assert not any(name.startswith("past_key_values") for name in above), (node.name, above)
     ranges = [node for node in model.graph if node.op_type == "Range"]
     assert any(
-        any(name.startswith("past_key_values") for name in _graph_inputs_above(node.inputs[1]))
+        any(name.startswith("past_key_values") for name in graph_inputs_above(node.inputs[1]))
         for node in ranges
     )
 
