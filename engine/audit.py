@@ -176,7 +176,7 @@ def audit_model(model: ir.Model, caps: EpCapabilities, session: str = "decoder")
                     )
                 )
     if caps.host_shape_inputs:
-        findings += _host_value_reads(model, caps)
+        findings += host_value_reads(model, caps)
     counts = Counter(node.op_type for node in model.graph.all_nodes())
     return SessionAudit(
         session=session,
@@ -204,7 +204,7 @@ def graph_inputs_above(value: ir.Value | None, stop_at: str = "") -> list[str]:
     return found
 
 
-def _host_value_reads(model: ir.Model, caps: EpCapabilities) -> list[Finding]:
+def host_value_reads(model: ir.Model, caps: EpCapabilities) -> list[Finding]:
     """Host-read inputs (:data:`HOST_READ_INPUTS`) computed from a graph input's values:
     the EP copies each to the host every run (shape arithmetic after Shape stays there with
     no copy), and graph capture cannot replay the copy."""

@@ -399,6 +399,18 @@ class DecoderState:
         return rows, self.zeros(ctx, (count, dim), rows)
 
 
+def layer_flags(spec: ModelSpec, options: ExportOptions) -> list[dict[str, bool]]:
+    """Each layer's lowering flags for the decoder layers' constructors: ``static`` (its
+    attention over static KV buffers, :func:`engine.graph.attention.static_kinds`),
+    ``fuse`` (gate and up as one projection) and ``packed`` (q, k and v as one)."""
+    static = attn.static_kinds(spec, options)
+    fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
+    return [
+        {"static": layer.attention in static, "fuse": fuse, "packed": packed}
+        for layer in spec.layers
+    ]
+
+
 # ------------------------------------------------------------------------------ pre-norm decoder
 
 
@@ -463,18 +475,10 @@ class CausalDecoder(Module):
     ) -> None:
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
-        static = attn.static_kinds(spec, options)
-        fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self.embed_tokens = Embedding(spec.vocab_size, h)
         self.layers = [
-            DecoderLayer(
-                spec,
-                layer,
-                static=layer.attention in static,
-                fuse=fuse,
-                packed=packed,
-            )
-            for layer in spec.layers
+            DecoderLayer(spec, layer, **flags)
+            for layer, flags in zip(spec.layers, layer_flags(spec, options), strict=True)
         ]
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:

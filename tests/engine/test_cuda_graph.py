@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.audit import audit_model, graph_inputs_above
+from engine.audit import graph_inputs_above, host_value_reads
 from engine.caps import get_caps, list_eps
 from engine.options import ExportOptions
 from engine.pipeline import export
@@ -270,8 +270,8 @@ def test_cuda_attention_takes_one_packed_projection(tmp_path: Path, name: str):
 def _host_inputs_from_values(model) -> list[str]:
     """The audit's host-read findings for CUDA (inputs CUDA reads on the host computed
     from a graph input's values), one line each."""
-    findings = audit_model(model, get_caps("cuda")).findings
-    return [f"{f.op_type} {f.node}: {f.reason}" for f in findings if "on the host" in f.reason]
+    findings = host_value_reads(model, get_caps("cuda"))
+    return [f"{f.op_type} {f.node}: {f.reason}" for f in findings]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,14 @@ from engine.graph.components import (
 )
 from engine.graph.context import BuildContext
 from engine.graph.modules import Embedding, GatedMLP, Linear, Module, Param, RMSNorm
-from engine.models.decoder import Attention, DecoderState, index_dtype, outputs, rope_caches
+from engine.models.decoder import (
+    Attention,
+    DecoderState,
+    index_dtype,
+    layer_flags,
+    outputs,
+    rope_caches,
+)
 from engine.models.gemma4.moe import MoeBlock
 from engine.options import ExportOptions
 from engine.spec import LayerSpec, ModelSpec
@@ -229,23 +236,14 @@ class TextDecoder(Module):
     ) -> None:
         h = spec.hidden_size
         options = (options or ExportOptions()).resolve()
-        static = attn.static_kinds(spec, options)
-        fuse, packed = options.caps.fuse_projections, attn.packs_qkv(spec, options)
         self._embeds_in = embeds_in
         if not embeds_in or spec.tie_word_embeddings:
             self.embed_tokens = Embedding(spec.vocab_size, h, scale=h**0.5)
         if spec.has_ple and not embeds_in:
             self.per_layer = PerLayerInputs(spec)
         self.layers = [
-            DecoderLayer(
-                spec,
-                layer,
-                static=layer.attention in static,
-                fuse=fuse,
-                packed=packed,
-                layer_scalar=layer_scalar,
-            )
-            for layer in spec.layers
+            DecoderLayer(spec, layer, layer_scalar=layer_scalar, **flags)
+            for layer, flags in zip(spec.layers, layer_flags(spec, options), strict=True)
         ]
         self.norm = RMSNorm(h)
         if not spec.tie_word_embeddings:
