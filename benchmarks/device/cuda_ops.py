@@ -11,7 +11,12 @@ reads ~3: it gives one warp per output column (``ceil(N / 8)`` blocks of 8 warps
   --block-size 128`` packages hold), with zero points, at blocks 32 and 64; ``splitkG``:
   K cut in G parts run as one MatMulNBits of M = G rows over a [G * N, K / G] weight (the
   same bytes), whose block diagonal is the product (a Mul by the identity and a
-  ReduceSum): G times the warps, each walking K / G; ``fp16``: a plain fp16 MatMul.
+  ReduceSum): G times the warps, each walking K / G; ``fp16``: a plain fp16 MatMul over
+  W [K, N]; ``fp16t``: FusedMatMul(x, W, transB=1) over the checkpoint's W [N, K];
+  ``fp16g``: Gemm(transB=1) over x as [1, K]. On an H100 the three fp16 forms cost the same
+  (22.6 us at F = 6,144, about 1.7 TB/s: ``results/cuda_ops-2026-12-07-h100-fp16-transb-
+  forms.json``), and an fp16 E2B package with FusedMatMul linears decoded no faster
+  (``results/cuda_profile-2026-12-07-*``), so the packages keep MatMul.
 * ``head/<form>``: the tied LM head (262,144 x 1,536) with and without zero points.
 
 Each case is a chain of R copies of a block (weights distinct per copy, so nothing stays
@@ -61,6 +66,13 @@ def nbits(c: Chain, x: str, k: int, n: int, block_size: int, zero_points: bool) 
 def linear(c: Chain, x: str, k: int, n: int, form: str) -> str:
     if form == "fp16":
         return c.node("MatMul", [x, c.randn((k, n), np.float16, k**-0.5)])
+    if form == "fp16t":  # the checkpoint's [N, K] layout, FusedMatMul transB
+        weight = c.randn((n, k), np.float16, k**-0.5)
+        return c.node("FusedMatMul", [x, weight], domain="com.microsoft", transB=1)
+    if form == "fp16g":  # Gemm transB over [1, K] rows
+        rows = c.node("Reshape", [x, c.init(np.array([-1, k], np.int64))])
+        out = c.node("Gemm", [rows, c.randn((n, k), np.float16, k**-0.5)], transB=1)
+        return c.node("Reshape", [out, c.init(np.array([1, 1, n], np.int64))])
     if form.startswith("splitk"):  # [1, 1, K] -> [G, K / G] rows -> [G, G * N] -> diagonal
         groups = int(form[len("splitk") :])
         rows = c.node("Reshape", [x, c.init(np.array([groups, k // groups], np.int64))])
@@ -92,10 +104,13 @@ def head(form: str) -> Block:
     return block
 
 
+PAIR_FORMS = ("b128", "b128-zp", "b64", "b32", "splitk2", "splitk4", "fp16", "fp16t", "fp16g")
+
+
 def cases() -> dict[str, Block]:
     out: dict[str, Block] = {}
     for inner in (2048, 6144, 12288):
-        for form in ("b128", "b128-zp", "b64", "b32", "splitk2", "splitk4", "fp16"):
+        for form in PAIR_FORMS:
             out[f"pair/{form}/{HIDDEN}x{inner}"] = pair(form, inner)
     for form in ("b128", "b128-zp", "b32"):
         out[f"head/{form}"] = head(form)

@@ -49,6 +49,7 @@ _PLE_FP16 = ["--keep-float", "layers.*.per_layer_input_gate.weight"]
 _PLE_FP16 += ["--keep-float", "layers.*.per_layer_projection.weight"]
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "fp16": (["--dtype", "fp16"], {}),
+    "bf16": (["--dtype", "bf16"], {}),
     "int4": (_INT4, {}),
     "int4-b64": ([*_INT4, "--block-size", "64"], {}),
     "int4-b128": ([*_INT4, "--block-size", "128"], {}),

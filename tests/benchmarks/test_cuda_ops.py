@@ -20,7 +20,7 @@ def test_split_k_rows_compute_one_matmulnbits():
     assert ops.check_splitk() < 2e-3  # fp16 partial sums; a wrong block order gives ~1
 
 
-@pytest.mark.parametrize("form", ["b128", "b128-zp", "b64", "b32", "splitk2", "splitk4", "fp16"])
+@pytest.mark.parametrize("form", ops.PAIR_FORMS)
 def test_pair_forms_run(form: str):
     import onnxruntime as ort
 
