@@ -14,7 +14,8 @@ drops out. Cases:
   transposed to [G, N, T / G], a batched MatMul with V as [G, T / G, D] and a ReduceSum
   (``gemm_bcastpvG``: P as [N, G, 1, T / G] broadcast against V, no Transpose;
   ``gemm_chunkpvG``: P and V split into G chunks of T, any T, G MatMuls summed by Adds,
-  as the EP has no Sum kernel);
+  as the EP has no Sum kernel; ``gemm_headpv``: any T, P as [N, 1, T], each head a batch
+  entry of its own against V [1, T, D] broadcast);
 * ``mlp/<variant>``: H -> F -> H projections at E2B's widths as MatMulNBits (block size,
   accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
   (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
@@ -203,6 +204,10 @@ def attention(variant: str, heads: int, length: int, dim: int) -> Block:
             v3 = c.node("Reshape", [v2, c.init(np.array([groups, -1, dim], np.int64))])
             partial = c.node("MatMul", [parts, v3])  # [N, G, 1, D]
             out = c.node("ReduceSum", [partial, c.init(np.array([1, 2], np.int64))], keepdims=0)
+        elif variant == "gemm_headpv":  # any T: each head's row its own batch entry
+            rows = c.node("Reshape", [probs, c.init(np.array([heads, 1, length], np.int64))])
+            v3 = c.node("Reshape", [v2, c.init(np.array([1, length, dim], np.int64))])
+            out = c.node("MatMul", [rows, v3])  # [N, 1, D], V broadcast over the heads
         elif variant.startswith("gemm_chunkpv"):  # G chunks of T (any T), G MatMuls, Adds
             groups = int(variant[len("gemm_chunkpv") :])
             names = [c.name("chunk") for _ in range(groups)]
@@ -302,7 +307,7 @@ def cases(tiny: bool) -> dict[str, tuple[Block, np.ndarray, int]]:
     for length, dim in lengths:
         q = rng.standard_normal((1, 1, 8, dim)).astype(np.float32)
         splits = (2, 4, 8) if length <= 512 else (4, 8, 16, 32)
-        variants = ["einsum", "gemm", "gemm_pv", "matmul_t"]
+        variants = ["einsum", "gemm", "gemm_pv", "matmul_t", "gemm_headpv"]
         variants += [f"gemm_splitpv{g}" for g in splits] + [f"gemm_bcastpv{g}" for g in splits]
         variants += [f"gemm_chunkpv{g}" for g in (2, 4, 7)]
         for variant in variants:

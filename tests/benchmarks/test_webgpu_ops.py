@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO / "benchmarks" / "device"))
 
 import webgpu_ops as ops  # noqa: E402
 
-VARIANTS = ["gemm_pv", "matmul_t", "gemm_splitpv4", "gemm_bcastpv4", "gemm_chunkpv4"]
+VARIANTS = ["gemm_pv", "matmul_t", "gemm_splitpv4", "gemm_bcastpv4", "gemm_chunkpv4", "gemm_headpv"]
 
 
 @pytest.mark.parametrize("length", [64, 96])
