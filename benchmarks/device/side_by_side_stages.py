@@ -1,13 +1,14 @@
 """The stages of ``webgpu_side_by_side.py`` that run in their own process.
 
     python side_by_side_stages.py checkpoint --preset gemma4-e2b --device cuda OUT_DIR
-    python side_by_side_stages.py genai PACKAGE --ep webgpu --lengths default,192 ...
+    python side_by_side_stages.py genai PACKAGE --ep webgpu|cuda|cpu --lengths default,192 ...
     python side_by_side_stages.py profile PACKAGE --ep webgpu --steps 16 ...
 
 ``checkpoint`` builds a random full-size checkpoint with transformers (run it with the
 peer's transformers first on PYTHONPATH, so both exporters read a config they know);
 ``genai`` times any genai package (ours or the peer's) through onnxruntime-genai alone,
-with graph capture off and on and at several ``search.max_length``; ``profile`` records an
+with graph capture off and on (the EP's own switch) and at several ``search.max_length``,
+and the GPU memory it held; ``profile`` records an
 onnxruntime profile of decode steps of one of our packages and sums the time of each op.
 Each prints its report so far as one JSON line after every setting: the last line that
 parses is the result, so a setting that kills the process loses only itself.
@@ -27,9 +28,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-
-GENAI_PROVIDERS = {"webgpu": "webgpu", "cpu": None}
-CAPTURE_OPTION = "enableGraphCapture"
 
 
 # ---------------------------------------------------------------------------- checkpoint
@@ -117,6 +115,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
     """Decode tok/s through onnxruntime-genai per capture mode and search.max_length."""
     import onnxruntime_genai as og
 
+    from engine.caps import get_caps
     from engine.runtime.bench import bench_prompt
     from engine.runtime.generation import Generation
     from engine.runtime.plugins import register_genai
@@ -129,7 +128,8 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
     search = config_json.get("search", {})
     default_length = int(search.get("max_length") or config_json["model"]["context_length"])
     prompt = bench_prompt(int(config_json["model"]["vocab_size"]), args.prompt_len)
-    provider = GENAI_PROVIDERS[args.ep]
+    caps = get_caps(args.ep)
+    provider, capture_option = caps.genai_provider, caps.capture_option
     report: dict[str, Any] = {
         "package": str(package),
         "onnxruntime_genai": getattr(og, "__version__", None),
@@ -144,7 +144,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         report["captures"][capture] = entry
         _snapshot(report)  # a crash in this setting keeps the ones before it
-        if capture == "on" and provider is None:
+        if capture == "on" and (provider is None or capture_option is None):
             entry["skipped"] = f"the {args.ep} EP has no graph capture"
             continue
         config = og.Config(str(package))
@@ -152,9 +152,12 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
         if provider is not None:
             config.append_provider(provider)
             for key, value in _provider_options(config_json, provider).items():
-                if key != CAPTURE_OPTION:
+                if key != capture_option:
                     config.set_provider_option(provider, key, value)
-            config.set_provider_option(provider, CAPTURE_OPTION, "1" if capture == "on" else "0")
+            if capture_option is not None:
+                config.set_provider_option(
+                    provider, capture_option, "1" if capture == "on" else "0"
+                )
         started = time.perf_counter()
         try:
             model = og.Model(config)
@@ -194,9 +197,37 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
                 row["same_tokens_as_first_setting"] = all(same)
                 row["first_difference"] = same.index(False) if False in same else None
             _snapshot(report)
+        entry["gpu_memory_mib"] = gpu_memory_mib()
         del model
         gc.collect()
     return report
+
+
+def gpu_memory_mib() -> dict[str, int | None] | None:
+    """GPU memory held after the runs (nvidia-smi; None without one): this process's (in a
+    container nvidia-smi may not see its pid) and the whole device's. onnxruntime's arenas
+    keep what they grew to, so after the runs it is their peak."""
+    import os
+    import subprocess
+
+    def query(*args: str) -> list[str] | None:
+        cmd = ["nvidia-smi", *args, "--format=csv,noheader,nounits"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.splitlines() if done.returncode == 0 else None
+
+    device = query("--query-gpu=memory.used")
+    if not device:
+        return None
+    mine = None
+    for row in query("--query-compute-apps=pid,used_memory") or []:
+        pid, _, used = row.partition(",")
+        if pid.strip() == str(os.getpid()) and used.strip().isdigit():
+            mine = int(used.strip())
+    used = device[0].strip()
+    return {"process": mine, "device": int(used) if used.isdigit() else None}
 
 
 def _genai_run(

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,19 +190,28 @@ def folder_bytes(path: Path) -> int:
 
 
 def exports(
-    args: argparse.Namespace, report: Report, checkpoint: Path, peer: dict[str, str] | None
+    args: argparse.Namespace,
+    report: Report,
+    checkpoint: Path,
+    peer: dict[str, str] | None,
+    ours: dict[str, list[str]] = OURS,
+    with_peer: bool = True,
 ) -> dict[str, Path]:
-    """All exports at once (their wall times overlap; each one's RSS is its own)."""
+    """All exports at once (their wall times overlap; each one's RSS is its own): ours
+    ``ours_<variant>`` with each variant's flags, and (``with_peer``) the peer's fp16 where
+    asked for."""
     work = Path(args.work)
     children: dict[str, tuple[Child, Path]] = {}
-    for variant, flags in OURS.items():
+    for variant, flags in ours.items():
         if f"ours_{variant}" not in args.packages:
             continue
         out = work / f"ours-{variant}"
         cmd = [sys.executable, "-m", "engine", "build", "--model", str(checkpoint)]
         cmd += ["--ep", args.ep, *flags, "--quiet", "--json", "--overwrite", str(out)]
         children[f"ours_{variant}"] = (Child(cmd), out)
-    if "mobius_fp16" in args.packages and peer is not None:
+    if not with_peer:
+        pass
+    elif "mobius_fp16" in args.packages and peer is not None:
         out = work / "mobius-fp16"
         cmd = [sys.executable, "-m", "mobius", "build", "--config", str(checkpoint)]
         cmd += ["--ep", args.ep, "--runtime", "ort-genai", "--dtype", "f16", str(out)]
@@ -252,6 +262,57 @@ def profile(args: argparse.Namespace, report: Report, name: str, package: Path) 
     cmd = [sys.executable, str(STAGES), "profile", str(package), *stage_args(args)]
     cmd += ["--steps", str(args.profile_steps), "--lengths", f"default,{args.short_length}"]
     report.stage(f"profile_{name}", Child(cmd).json(min(180, report.remaining() - 20)))
+
+
+def make_checkpoint(
+    args: argparse.Namespace, report: Report, peer: dict[str, str] | None
+) -> Path | None:
+    """A random checkpoint of ``args.preset`` in ``args.work`` (on the GPU, bf16; ``--tiny``:
+    the CPU, fp32), as the report's ``checkpoint`` stage; None (and the report says so)
+    when none could be made."""
+    checkpoint = Path(args.work) / "checkpoint"
+    cmd = [sys.executable, str(STAGES), "checkpoint", str(checkpoint)]
+    cmd += ["--preset", args.preset, "--device", "cpu" if args.tiny else "cuda"]
+    cmd += ["--dtype", "float32" if args.tiny else "bfloat16"]
+    built = report.stage("checkpoint", Child(cmd, peer).json(min(240, report.remaining())))
+    if built.get("rc") == 0:
+        return checkpoint
+    report.data["error"] = "no checkpoint; nothing to export"
+    report.save()
+    print(json.dumps(built, indent=1))
+    return None
+
+
+Action = Callable[[argparse.Namespace, Report, str, Path], None]
+
+
+def run_plan(
+    args: argparse.Namespace,
+    report: Report,
+    packages: dict[str, Path],
+    plan: list[tuple[str, str]],
+    actions: dict[str, Action],
+    summary: Callable[[dict[str, Any]], dict[str, Any]],
+) -> None:
+    """The GPU stages one at a time in ``plan`` order ((action, package) pairs, most wanted
+    first, those past the budget recorded as skipped), each package deleted after its last
+    stage; the summary rewritten after each, then printed."""
+    for i, (action, name) in enumerate(plan):
+        package = packages.get(name)
+        if package is None:
+            continue
+        if report.remaining() < 40:
+            report.stage(f"{action}_{name}", {"skipped": "no time left in the budget"})
+        else:
+            actions[action](args, report, name, package)
+        if all(n != name for _, n in plan[i + 1 :]):
+            remove(package, args)
+        report.data["summary"] = summary(report.data["stages"])
+        report.save()
+    report.data["summary"] = summary(report.data["stages"])
+    report.data["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    report.save()
+    print(json.dumps(report.data["summary"], indent=1))
 
 
 def summarize(stages: dict[str, Any]) -> dict[str, Any]:
@@ -351,19 +412,12 @@ def main() -> None:
     peer = peer_env(args, report)
 
     if args.checkpoint:
-        checkpoint = Path(args.checkpoint)
+        checkpoint: Path | None = Path(args.checkpoint)
         report.stage("checkpoint", {"given": str(checkpoint)})
     else:
-        checkpoint = work / "checkpoint"
-        cmd = [sys.executable, str(STAGES), "checkpoint", str(checkpoint)]
-        cmd += ["--preset", args.preset, "--device", "cpu" if args.tiny else "cuda"]
-        cmd += ["--dtype", "float32" if args.tiny else "bfloat16"]
-        built = report.stage("checkpoint", Child(cmd, peer).json(min(240, report.remaining())))
-        if built.get("rc") != 0:
-            report.data["error"] = "no checkpoint; nothing to export"
-            report.save()
-            print(json.dumps(built, indent=1))
-            return
+        checkpoint = make_checkpoint(args, report, peer)
+    if checkpoint is None:
+        return
     packages = exports(args, report, checkpoint, peer)
     if not args.checkpoint:
         remove(checkpoint, args)
@@ -381,23 +435,8 @@ def main() -> None:
         ("genai", "mobius_fp16"),
         ("runner", "ours_fp16"),
     ]
-    actions = {"genai": genai_bench, "profile": profile, "runner": ours_bench}
-    for i, (action, name) in enumerate(plan):
-        package = packages.get(name)
-        if package is None:
-            continue
-        if report.remaining() < 40:
-            report.stage(f"{action}_{name}", {"skipped": "no time left in the budget"})
-        else:
-            actions[action](args, report, name, package)
-        if all(n != name for _, n in plan[i + 1 :]):
-            remove(package, args)
-        report.data["summary"] = summarize(report.data["stages"])
-        report.save()
-    report.data["summary"] = summarize(report.data["stages"])
-    report.data["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    report.save()
-    print(json.dumps(report.data["summary"], indent=1))
+    actions: dict[str, Action] = {"genai": genai_bench, "profile": profile, "runner": ours_bench}
+    run_plan(args, report, packages, plan, actions, summarize)
 
 
 if __name__ == "__main__":

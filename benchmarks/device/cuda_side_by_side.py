@@ -1,0 +1,240 @@
+"""Gemma 4 E2B on CUDA, ours against the peer exporter (mobius), in one device call (issue 19).
+
+Run after the onnxruntime-gpu wheel's parts are on the machine, with onnxruntime-gpu and
+onnxruntime-genai-cuda installed in ``--cuda-site`` (benchmarks/device/README.md):
+
+1. records the environment and the CUDA runtime the children import;
+2. builds one random full-size checkpoint (``--preset``) with transformers on the GPU (the
+   peer's transformers first on PYTHONPATH, so both exporters read a config they know);
+3. transformers' fp32 reference on the GPU (eager attention, TF32 off): greedy tokens after
+   a seeded random prompt and the last logits row of every step;
+4. ours fp32 (``ours_fp32``), run through our runner on the CUDA EP with CUDA graphs,
+   teacher-forced on transformers' tokens (max |logit diff|, cosine and top-1 per step)
+   and free running (transformers' tokens reproduced before the first difference), then
+   deleted (an fp32 E2B package is ~20 GB of the disk's 64);
+5. exports at once: ours INT4 + INT4, INT8 weights + INT4 tables, fp16, bf16, and mobius
+   fp16; each export's wall time, peak RSS and decoder nodes; the checkpoint is deleted;
+6. every package through onnxruntime-genai with CUDA graph off and on at the package's
+   default ``search.max_length`` and at ``--short-length`` (prompt 128 random ids, 64 new
+   tokens, median of 3 after a warm-up): decode tok/s, TTFT, prefill tok/s and the GPU
+   memory the process held; a ``--long-prompt`` (1,024) prompt with CUDA graph on for
+   prefill tok/s; our runner (``python -m engine bench --graph-capture both``) on ours;
+   ours fp16 against transformers as in 4.
+
+Stages are subprocesses with timeouts inside one budget, most wanted first, and the JSON
+(``$OUT/cuda_side_by_side.json``) is rewritten after every stage, so a crash or the budget
+keeps what was measured; ``summary`` holds the table. ``--tiny`` runs the same steps at toy
+size on the CPU EP (no bf16 there; the peer is skipped when it is not installed):
+tests/benchmarks/test_cuda_side_by_side.py runs it.
+
+    python3 benchmarks/device/cuda_side_by_side.py --cuda-site /tmp/site_cuda --budget-s 560
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cuda_parity import RUN as PARITY_RUN
+from families_gpu import cuda_env
+from stage_report import Report
+from webgpu_runtimes import child, compare, reference
+from webgpu_side_by_side import (
+    REPO,
+    STAGES,
+    Action,
+    Child,
+    environment,
+    exports,
+    genai_bench,
+    make_checkpoint,
+    ours_bench,
+    peer_env,
+    remove,
+    run_plan,
+    summarize,
+)
+
+OURS = {
+    "int4": ["--weight-bits", "4", "--embedding-bits", "4"],
+    "int8": ["--weight-bits", "8", "--embedding-bits", "4"],
+    "fp16": ["--dtype", "fp16"],
+    "bf16": ["--dtype", "bf16"],
+}
+TEXT = ["--modalities", "text"]
+DEFAULT_PACKAGES = "ours_fp32,ours_int4,ours_int8,ours_fp16,ours_bf16,mobius_fp16"
+TINY_PACKAGES = "ours_fp32,ours_int4,ours_int8,ours_fp16,mobius_fp16"
+"""The CPU EP has no bf16 kernels."""
+
+RUNTIME = """
+import json, onnxruntime as ort
+out = {"onnxruntime": ort.__version__, "providers": ort.get_available_providers()}
+try:
+    import onnxruntime_genai as og
+    out["onnxruntime_genai"] = getattr(og, "__version__", "?")
+except ImportError as exc:
+    out["onnxruntime_genai"] = f"missing: {exc}"
+print(json.dumps(out))
+"""
+
+
+def parity(
+    args: argparse.Namespace, report: Report, name: str, package: Path, ref: dict[str, Any]
+) -> None:
+    """One of our packages through our runner, teacher-forced on transformers' tokens and
+    free running, against transformers' rows (``reference.npy``)."""
+    work = Path(args.work)
+    saved = work / f"{name}-logits.npy"
+    cmd = [sys.executable, "-c", PARITY_RUN, str(package), args.ep]
+    cmd += ["on" if args.ep != "cpu" else "off", json.dumps(ref["prompt"])]
+    cmd += [json.dumps(ref["tokens"]), str(saved)]
+    stage = child(cmd, min(300, report.remaining() - 20), dict(os.environ), stdout=True)
+    lines = [line for line in stage.pop("stdout", "").splitlines() if line.startswith("{")]
+    stage.update(json.loads(lines[-1]) if lines else {})
+    if saved.exists():
+        stage["vs_transformers"] = compare(np.load(saved), np.load(work / "reference.npy"))
+        saved.unlink()
+    report.stage(f"parity_{name}", stage)
+
+
+def prefill(args: argparse.Namespace, report: Report, name: str, package: Path) -> None:
+    """Prefill of a ``--long-prompt`` prompt through genai, with the EP's capture on."""
+    cmd = [sys.executable, str(STAGES), "genai", str(package), "--ep", args.ep]
+    cmd += ["--prompt-len", str(args.long_prompt), "--new-tokens", "4"]
+    cmd += ["--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    cmd += ["--lengths", "default", "--captures", "off" if args.ep == "cpu" else "on"]
+    report.stage(f"prefill_{name}", Child(cmd).json(min(180, report.remaining() - 20)))
+
+
+def table(stages: dict[str, Any]) -> dict[str, Any]:
+    """webgpu_side_by_side's summary plus TTFT, prefill, GPU memory and parity."""
+    out = summarize(stages)
+    out["genai_ttft_ms"], out["genai_gpu_memory_mib"] = {}, {}
+    out["prefill_long_prompt_tok_s"], out["vs_transformers"] = {}, {}
+    for key, value in stages.items():
+        result = (value or {}).get("result") or {}
+        if key.startswith("genai_"):
+            name = key[len("genai_") :]
+            for capture, entry in (result.get("captures") or {}).items():
+                if "gpu_memory_mib" in entry:
+                    memory = out["genai_gpu_memory_mib"].setdefault(name, {})
+                    memory[capture] = entry["gpu_memory_mib"]
+                for row in entry.values():
+                    if isinstance(row, dict) and "ttft_ms" in row:
+                        label = f"capture_{capture}@{row['max_length']}"
+                        out["genai_ttft_ms"].setdefault(name, {})[label] = row["ttft_ms"]
+        if key.startswith("prefill_"):
+            rows = [
+                row
+                for entry in (result.get("captures") or {}).values()
+                for row in entry.values()
+                if isinstance(row, dict)
+            ]
+            cell = next((r.get("prefill_tokens_per_second", r.get("error")) for r in rows), None)
+            out["prefill_long_prompt_tok_s"][key[len("prefill_") :]] = (
+                cell or value.get("stderr_tail", "")[-300:]
+            )
+        if key.startswith("parity_"):
+            vs = value.get("vs_transformers") or {}
+            out["vs_transformers"][key[len("parity_") :]] = {
+                "max_abs_diff": vs.get("max_abs_diff"),
+                "min_cosine": vs.get("min_cosine"),
+                "top1_agreement": vs.get("top1_agreement"),
+                "free_tokens_equal": value.get("free_tokens_equal"),
+                "provider": value.get("provider"),
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="toy size on the CPU EP")
+    parser.add_argument("--cuda-site", default="/tmp/site_cuda")
+    parser.add_argument("--budget-s", type=float, default=560)
+    parser.add_argument("--work", default="/tmp/cuda-side-by-side")
+    parser.add_argument("--peer-wheels", default=str(REPO / ".whl" / "mobius"))
+    parser.add_argument("--preset", default="gemma4-e2b", choices=("gemma4-e2b", "gemma4-e4b"))
+    parser.add_argument("--packages", default=None, help=f"default {DEFAULT_PACKAGES}")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--long-prompt", type=int, default=1024)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--short-length", type=int, default=1032)
+    parser.add_argument("--parity-prompt", type=int, default=16)
+    parser.add_argument("--parity-steps", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--export-timeout-s", type=float, default=300)
+    parser.add_argument("--keep", action="store_true", help="keep checkpoint and packages")
+    args = parser.parse_args()
+    args.ep, device = ("cpu", "cpu") if args.tiny else ("cuda", "cuda")
+    if args.tiny:
+        args.preset = "gemma4-tiny"
+    args.packages = set(
+        (args.packages or (TINY_PACKAGES if args.tiny else DEFAULT_PACKAGES)).split(",")
+    )
+    known = {"ours_fp32", *(f"ours_{v}" for v in OURS), "mobius_fp16"}
+    if args.packages - known:
+        parser.error(f"unknown --packages {sorted(args.packages - known)}; known: {sorted(known)}")
+    if not args.tiny:  # every child imports onnxruntime-gpu / genai-cuda from the site
+        os.environ.update(cuda_env(args.cuda_site))
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    out = Path(os.environ.get("OUT") or work)
+    report = Report(out / "cuda_side_by_side.json", args.budget_s, "cuda_side_by_side")
+    report.data["settings"] = {
+        k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()
+    }
+    env = environment(args)
+    env["runtime"] = child([sys.executable, "-c", RUNTIME], 120, dict(os.environ), stdout=True)
+    report.stage("environment", env)
+    peer = peer_env(args, report) if "mobius_fp16" in args.packages else None
+
+    checkpoint = make_checkpoint(args, report, peer)
+    if checkpoint is None:
+        return
+    ref_args = argparse.Namespace(
+        seed=args.seed, prompt_len=args.parity_prompt, steps=args.parity_steps, device=device
+    )
+    try:
+        ref: dict[str, Any] | None = reference(ref_args, checkpoint, work / "reference.npy")
+        report.stage("transformers", ref)
+    except Exception as exc:  # the speed stages still run
+        ref = None
+        report.stage("transformers", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    gc.collect()
+    if "ours_fp32" in args.packages and ref is not None:
+        fp32 = exports(args, report, checkpoint, None, {"fp32": ["--dtype", "fp32", *TEXT]}, False)
+        for name, built_fp32 in fp32.items():
+            parity(args, report, name, built_fp32, ref)
+            remove(built_fp32, args)
+    speed = {v: [*flags, *TEXT] for v, flags in OURS.items() if f"ours_{v}" in args.packages}
+    packages = exports(args, report, checkpoint, peer, speed)
+    remove(checkpoint, args)
+
+    # Most wanted first; each package deleted after its last stage.
+    plan: list[tuple[str, str]] = []
+    for name in ("ours_int4", "ours_fp16", "mobius_fp16", "ours_bf16", "ours_int8"):
+        plan.append(("genai", name))
+    plan += [("parity", "ours_fp16")]
+    plan += [("prefill", n) for n in ("ours_int4", "ours_fp16", "mobius_fp16", "ours_bf16")]
+    plan += [("prefill", "ours_int8"), ("runner", "ours_int4"), ("runner", "ours_fp16")]
+    actions: dict[str, Action] = {
+        "genai": genai_bench,
+        "prefill": prefill,
+        "runner": ours_bench,
+        "parity": lambda a, r, n, p: parity(a, r, n, p, ref) if ref is not None else None,
+    }
+    run_plan(args, report, packages, plan, actions, table)
+
+
+if __name__ == "__main__":
+    main()

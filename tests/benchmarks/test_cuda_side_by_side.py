@@ -1,0 +1,50 @@
+"""The one-call CUDA side-by-side benchmark (issue 19) at toy size on the CPU EP, so it
+cannot rot between device runs: every stage runs and lands in the summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_cuda_side_by_side_runs_every_stage(tmp_path: Path):
+    pytest.importorskip("onnxruntime_genai")
+    pytest.importorskip("transformers")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "device" / "cuda_side_by_side.py")]
+    cmd += ["--tiny", "--work", str(tmp_path / "work"), "--prompt-len", "16"]
+    cmd += ["--long-prompt", "64", "--new-tokens", "6", "--repeats", "1", "--warmup", "0"]
+    cmd += ["--short-length", "192", "--parity-steps", "8", "--budget-s", "500"]
+    cmd += ["--peer-wheels", str(tmp_path / "no-wheels")]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=700)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "cuda_side_by_side.json").read_text())
+    summary = report["summary"]
+    runtime = json.loads(report["stages"]["environment"]["runtime"]["stdout"])
+    assert "CPUExecutionProvider" in runtime["providers"]
+    assert set(summary["exports"]) == {"ours_fp32", "ours_int4", "ours_int8", "ours_fp16"}
+    for name in ("ours_int4", "ours_int8", "ours_fp16"):
+        export = summary["exports"][name]
+        assert export["ok"] and export["peak_rss_gib"] > 0 and export["decoder_nodes"] > 100
+        genai = summary["genai_decode_tok_s"][name]
+        assert genai["capture_off@512"] > 0 and genai["capture_off@192"] > 0
+        assert genai["capture_on"] == "the cpu EP has no graph capture"
+        assert summary["genai_ttft_ms"][name]["capture_off@512"] > 0
+        assert summary["prefill_long_prompt_tok_s"][name] > 0
+    for name in ("ours_int4", "ours_fp16"):
+        assert summary["runner_decode_tok_s"][name]["off"] > 0
+    # fp32 equals transformers (toy model: 2e-6 seen); fp16 is close
+    fp32, fp16 = summary["vs_transformers"]["ours_fp32"], summary["vs_transformers"]["ours_fp16"]
+    assert fp32["max_abs_diff"] < 1e-4 and fp32["top1_agreement"] == "9/9"
+    assert fp32["free_tokens_equal"] == 9 and fp32["provider"] == "CPUExecutionProvider"
+    assert fp16["min_cosine"] > 0.99
+    assert report["stages"]["export_mobius_fp16"]["skipped"]
+    assert not (tmp_path / "work" / "checkpoint").exists()
+    assert not any((tmp_path / "work").glob("ours-*")), "packages are deleted when done"
