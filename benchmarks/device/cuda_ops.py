@@ -64,14 +64,16 @@ def nbits(c: Chain, x: str, k: int, n: int, block_size: int, zero_points: bool) 
 
 
 def linear(c: Chain, x: str, k: int, n: int, form: str) -> str:
-    if form == "fp16":
-        return c.node("MatMul", [x, c.randn((k, n), np.float16, k**-0.5)])
-    if form == "fp16t":  # the checkpoint's [N, K] layout, FusedMatMul transB
-        weight = c.randn((n, k), np.float16, k**-0.5)
-        return c.node("FusedMatMul", [x, weight], domain="com.microsoft", transB=1)
-    if form == "fp16g":  # Gemm transB over [1, K] rows
+    if form.startswith("fp16"):  # the same draw of W [K, N] in each fp16 form
+        w = (k**-0.5 * c.rng.standard_normal((k, n))).astype(np.float16)
+        if form == "fp16":
+            return c.node("MatMul", [x, c.init(w)])
+        if form == "fp16t":  # the checkpoint's [N, K] layout, FusedMatMul transB
+            weight = c.init(np.ascontiguousarray(w.T))
+            return c.node("FusedMatMul", [x, weight], domain="com.microsoft", transB=1)
+        assert form == "fp16g"  # Gemm transB over [1, K] rows
         rows = c.node("Reshape", [x, c.init(np.array([-1, k], np.int64))])
-        out = c.node("Gemm", [rows, c.randn((n, k), np.float16, k**-0.5)], transB=1)
+        out = c.node("Gemm", [rows, c.init(np.ascontiguousarray(w.T))], transB=1)
         return c.node("Reshape", [out, c.init(np.array([1, 1, n], np.int64))])
     if form.startswith("splitk"):  # [1, 1, K] -> [G, K / G] rows -> [G, G * N] -> diagonal
         groups = int(form[len("splitk") :])

@@ -8,10 +8,11 @@ onnxruntime-genai-cuda installed in ``--cuda-site`` (benchmarks/device/README.md
    peer's transformers first on PYTHONPATH, so both exporters read a config they know);
 3. transformers' fp32 reference on the GPU (eager attention, TF32 off): greedy tokens after
    a seeded random prompt and the last logits row of every step;
-4. ours fp32 (``ours_fp32``), run through our runner on the CUDA EP with CUDA graphs,
-   teacher-forced on transformers' tokens (max |logit diff|, cosine and top-1 per step)
-   and free running (transformers' tokens reproduced before the first difference), then
-   deleted (an fp32 E2B package is ~20 GB of the disk's 64);
+4. ours fp32 (``ours_fp32``), run through our runner on the CUDA EP (without CUDA graphs:
+   an fp32 CUDA package has no GroupQueryAttention, so no shared KV buffer), teacher-forced
+   on transformers' tokens (max |logit diff|, cosine and top-1 per step) and free running
+   (transformers' tokens reproduced before the first difference), then deleted (an fp32
+   E2B package is ~20 GB of the disk's 64);
 5. exports at once: ours INT4 + INT4, INT8 weights + INT4 tables, fp16, bf16, and mobius
    fp16; each export's wall time, peak RSS and decoder nodes; the checkpoint is deleted;
 6. every package through onnxruntime-genai with CUDA graph off and on at the package's
@@ -19,7 +20,7 @@ onnxruntime-genai-cuda installed in ``--cuda-site`` (benchmarks/device/README.md
    tokens, median of 3 after a warm-up): decode tok/s, TTFT, prefill tok/s and the GPU
    memory the process held; a ``--long-prompt`` (1,024) prompt with CUDA graph on for
    prefill tok/s; our runner (``python -m engine bench --graph-capture both``) on ours;
-   ours fp16 against transformers as in 4.
+   ours fp16 against transformers as in 4, with CUDA graphs.
 
 Stages are subprocesses with timeouts inside one budget, most wanted first, and the JSON
 (``$OUT/cuda_side_by_side.json``) is rewritten after every stage, so a crash or the budget
@@ -33,7 +34,6 @@ tests/benchmarks/test_cuda_side_by_side.py runs it.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -45,7 +45,7 @@ import numpy as np
 from cuda_parity import RUN as PARITY_RUN
 from families_gpu import cuda_env
 from stage_report import Report
-from webgpu_runtimes import child, compare, reference
+from webgpu_runtimes import child, compare
 from webgpu_side_by_side import (
     REPO,
     STAGES,
@@ -73,6 +73,15 @@ DEFAULT_PACKAGES = "ours_fp32,ours_int4,ours_int8,ours_fp16,ours_bf16,mobius_fp1
 TINY_PACKAGES = "ours_fp32,ours_int4,ours_int8,ours_fp16,mobius_fp16"
 """The CPU EP has no bf16 kernels."""
 
+REFERENCE = """
+import argparse, json, sys
+sys.path.insert(0, sys.argv[7])  # benchmarks/device
+from webgpu_runtimes import reference
+checkpoint, out, seed, prompt, steps, device = sys.argv[1:7]
+args = argparse.Namespace(seed=int(seed), prompt_len=int(prompt), steps=int(steps), device=device)
+print(json.dumps(reference(args, __import__("pathlib").Path(checkpoint), out)))
+"""
+
 RUNTIME = """
 import json, onnxruntime as ort
 out = {"onnxruntime": ort.__version__, "providers": ort.get_available_providers()}
@@ -86,16 +95,25 @@ print(json.dumps(out))
 
 
 def parity(
-    args: argparse.Namespace, report: Report, name: str, package: Path, ref: dict[str, Any]
+    args: argparse.Namespace,
+    report: Report,
+    name: str,
+    package: Path,
+    ref: dict[str, Any],
+    timeout: float = 300,
 ) -> None:
     """One of our packages through our runner, teacher-forced on transformers' tokens and
     free running, against transformers' rows (``reference.npy``)."""
     work = Path(args.work)
     saved = work / f"{name}-logits.npy"
-    cmd = [sys.executable, "-c", PARITY_RUN, str(package), args.ep]
-    cmd += ["on" if args.ep != "cpu" else "off", json.dumps(ref["prompt"])]
-    cmd += [json.dumps(ref["tokens"]), str(saved)]
-    stage = child(cmd, min(300, report.remaining() - 20), dict(os.environ), stdout=True)
+    # CUDA graphs where the package shares its KV buffers (GroupQueryAttention: fp16, bf16);
+    # an fp32 CUDA package grows its cache by Concat and runs without.
+    search = json.loads((package / "genai_config.json").read_text()).get("search", {})
+    capture = "on" if args.ep != "cpu" and search.get("past_present_share_buffer") else "off"
+    cmd = [sys.executable, "-c", PARITY_RUN, str(package), args.ep, capture]
+    cmd += [json.dumps(ref["prompt"]), json.dumps(ref["tokens"]), str(saved)]
+    stage = child(cmd, min(timeout, report.remaining() - 20), dict(os.environ), stdout=True)
+    stage["graph_capture"] = capture
     lines = [line for line in stage.pop("stdout", "").splitlines() if line.startswith("{")]
     stage.update(json.loads(lines[-1]) if lines else {})
     if saved.exists():
@@ -122,10 +140,9 @@ def table(stages: dict[str, Any]) -> dict[str, Any]:
         result = (value or {}).get("result") or {}
         if key.startswith("genai_"):
             name = key[len("genai_") :]
+            if result.get("gpu_memory_mib"):
+                out["genai_gpu_memory_mib"][name] = result["gpu_memory_mib"]
             for capture, entry in (result.get("captures") or {}).items():
-                if "gpu_memory_mib" in entry:
-                    memory = out["genai_gpu_memory_mib"].setdefault(name, {})
-                    memory[capture] = entry["gpu_memory_mib"]
                 for row in entry.values():
                     if isinstance(row, dict) and "ttft_ms" in row:
                         label = f"capture_{capture}@{row['max_length']}"
@@ -149,6 +166,7 @@ def table(stages: dict[str, Any]) -> dict[str, Any]:
                 "top1_agreement": vs.get("top1_agreement"),
                 "free_tokens_equal": value.get("free_tokens_equal"),
                 "provider": value.get("provider"),
+                "graph_capture": value.get("graph_capture"),
             }
     return out
 
@@ -201,21 +219,24 @@ def main() -> None:
     checkpoint = make_checkpoint(args, report, peer)
     if checkpoint is None:
         return
-    ref_args = argparse.Namespace(
-        seed=args.seed, prompt_len=args.parity_prompt, steps=args.parity_steps, device=device
-    )
-    try:
-        ref: dict[str, Any] | None = reference(ref_args, checkpoint, work / "reference.npy")
-        report.stage("transformers", ref)
-    except Exception as exc:  # the speed stages still run
-        ref = None
-        report.stage("transformers", {"error": f"{type(exc).__name__}: {exc}"[:2000]})
-    gc.collect()
-    if "ours_fp32" in args.packages and ref is not None:
+    # transformers in a child of its own: a timeout, and no torch CUDA context left in this
+    # process while the packages are measured
+    cmd = [sys.executable, "-c", REFERENCE, str(checkpoint), str(work / "reference.npy")]
+    cmd += [str(args.seed), str(args.parity_prompt), str(args.parity_steps), device]
+    cmd += [str(Path(__file__).resolve().parent)]
+    made = child(cmd, min(240, report.remaining() - 60), dict(os.environ), stdout=True)
+    lines = [line for line in made.pop("stdout", "").splitlines() if line.startswith("{")]
+    ref: dict[str, Any] | None = json.loads(lines[-1]) if made.get("rc") == 0 and lines else None
+    report.stage("transformers", {**made, **(ref or {})})
+    # fp32 first (its ~20 GB package cannot share the disk with the others), inside a cap
+    # that leaves the speed exports their time
+    if "ours_fp32" in args.packages and ref is not None and report.remaining() > 420:
+        args.export_timeout_s, wanted = min(args.export_timeout_s, 150), args.export_timeout_s
         fp32 = exports(args, report, checkpoint, None, {"fp32": ["--dtype", "fp32", *TEXT]}, False)
+        args.export_timeout_s = wanted
         for name, built_fp32 in fp32.items():
-            parity(args, report, name, built_fp32, ref)
-            remove(built_fp32, args)
+            parity(args, report, name, built_fp32, ref, timeout=120)
+            shutil.rmtree(built_fp32, ignore_errors=True)  # even with --keep: the disk
     speed = {v: [*flags, *TEXT] for v, flags in OURS.items() if f"ours_{v}" in args.packages}
     packages = exports(args, report, checkpoint, peer, speed)
     remove(checkpoint, args)

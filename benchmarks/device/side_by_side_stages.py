@@ -138,6 +138,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
         "past_present_share_buffer": search.get("past_present_share_buffer"),
         "package_provider_options": _provider_options(config_json, provider) if provider else None,
         "captures": {},
+        "gpu_memory_mib": {},
     }
     reference: list[int] | None = None
     for capture in args.captures.split(","):
@@ -147,6 +148,7 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
         if capture == "on" and (provider is None or capture_option is None):
             entry["skipped"] = f"the {args.ep} EP has no graph capture"
             continue
+        held_before = device_memory_mib()
         config = og.Config(str(package))
         config.clear_providers()
         if provider is not None:
@@ -197,37 +199,28 @@ def genai(args: argparse.Namespace) -> dict[str, Any]:
                 row["same_tokens_as_first_setting"] = all(same)
                 row["first_difference"] = same.index(False) if False in same else None
             _snapshot(report)
-        entry["gpu_memory_mib"] = gpu_memory_mib()
+        used = device_memory_mib()
+        if used is not None and held_before is not None:  # what this setting added
+            report["gpu_memory_mib"][capture] = used - held_before
         del model
         gc.collect()
     return report
 
 
-def gpu_memory_mib() -> dict[str, int | None] | None:
-    """GPU memory held after the runs (nvidia-smi; None without one): this process's (in a
-    container nvidia-smi may not see its pid) and the whole device's. onnxruntime's arenas
-    keep what they grew to, so after the runs it is their peak."""
-    import os
+def device_memory_mib() -> int | None:
+    """GPU memory in use on the device (nvidia-smi; None without one). Read before a model
+    is loaded and after its runs, the difference is what the setting held: onnxruntime's
+    arenas keep what they grew to, so that is their peak (nvidia-smi in a container often
+    cannot see a process's own use)."""
     import subprocess
 
-    def query(*args: str) -> list[str] | None:
-        cmd = ["nvidia-smi", *args, "--format=csv,noheader,nounits"]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.splitlines() if done.returncode == 0 else None
-
-    device = query("--query-gpu=memory.used")
-    if not device:
+    cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    mine = None
-    for row in query("--query-compute-apps=pid,used_memory") or []:
-        pid, _, used = row.partition(",")
-        if pid.strip() == str(os.getpid()) and used.strip().isdigit():
-            mine = int(used.strip())
-    used = device[0].strip()
-    return {"process": mine, "device": int(used) if used.isdigit() else None}
+    first = done.stdout.splitlines()[0].strip() if done.stdout.strip() else ""
+    return int(first) if done.returncode == 0 and first.isdigit() else None
 
 
 def _genai_run(

@@ -29,3 +29,19 @@ def test_pair_forms_run(form: str):
     x = np.random.default_rng(0).standard_normal((1, 1, ops.HIDDEN)).astype(np.float16)
     y = session.run(None, {"x": x})[0]
     assert y.shape == (1, 1, ops.HIDDEN) and np.isfinite(y).all()
+
+
+@pytest.mark.parametrize("form", ["fp16t", "fp16g"])
+def test_transposed_fp16_forms_compute_the_plain_matmul(form: str):
+    """FusedMatMul(transB) and Gemm(transB) over W^T give MatMul over W (same draws)."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).standard_normal((1, 1, ops.HIDDEN)).astype(np.float16)
+
+    def run(name: str) -> np.ndarray:
+        model = ops._model(ops.pair(name, 2048), 1, [1, 1, ops.HIDDEN], ops.F16, seed=1)
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0].astype(np.float32)
+
+    plain = run("fp16")
+    np.testing.assert_allclose(run(form), plain, rtol=0, atol=2e-2 * np.abs(plain).max())

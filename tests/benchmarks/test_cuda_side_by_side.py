@@ -45,6 +45,8 @@ def test_tiny_cuda_side_by_side_runs_every_stage(tmp_path: Path):
     assert fp32["max_abs_diff"] < 1e-4 and fp32["top1_agreement"] == "9/9"
     assert fp32["free_tokens_equal"] == 9 and fp32["provider"] == "CPUExecutionProvider"
     assert fp16["min_cosine"] > 0.99
+    assert fp32["graph_capture"] == fp16["graph_capture"] == "off"  # the CPU EP has none
+    assert len(report["stages"]["transformers"]["tokens"]) == 9  # the prefill's + 8 steps
     assert report["stages"]["export_mobius_fp16"]["skipped"]
     assert not (tmp_path / "work" / "checkpoint").exists()
     assert not any((tmp_path / "work").glob("ours-*")), "packages are deleted when done"
