@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 from families_gpu import cuda_env
 from stage_report import Report
-from webgpu_runtimes import child, compare, export_text, random_checkpoint, reference
+from webgpu_runtimes import (
+    child,
+    compare,
+    export_text,
+    random_checkpoint,
+    reference,
+    stdout_json,
+)
 
 RUN = """
 import json, sys
@@ -114,10 +121,10 @@ def main() -> None:
                 env,
                 stdout=True,
             )
-            lines = [line for line in stage.pop("stdout", "").splitlines() if line.startswith("{")]
+            printed = stdout_json(stage)
             if saved.exists():
                 stage["vs_transformers"] = compare(np.load(saved), ref_rows)
-            stage.update(json.loads(lines[-1]) if lines else {})
+            stage.update(printed or {})
             report.stage(f"{dtype}_{ep}_{capture}", stage)
         shutil.rmtree(package, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)

@@ -45,7 +45,7 @@ import numpy as np
 from cuda_parity import RUN as PARITY_RUN
 from families_gpu import cuda_env
 from stage_report import Report
-from webgpu_runtimes import child, compare
+from webgpu_runtimes import child, compare, stdout_json
 from webgpu_side_by_side import (
     REPO,
     STAGES,
@@ -114,8 +114,7 @@ def parity(
     cmd += [json.dumps(ref["prompt"]), json.dumps(ref["tokens"]), str(saved)]
     stage = child(cmd, min(timeout, report.remaining() - 20), dict(os.environ), stdout=True)
     stage["graph_capture"] = capture
-    lines = [line for line in stage.pop("stdout", "").splitlines() if line.startswith("{")]
-    stage.update(json.loads(lines[-1]) if lines else {})
+    stage.update(stdout_json(stage) or {})
     if saved.exists():
         stage["vs_transformers"] = compare(np.load(saved), np.load(work / "reference.npy"))
         saved.unlink()
@@ -225,15 +224,16 @@ def main() -> None:
     cmd += [str(args.seed), str(args.parity_prompt), str(args.parity_steps), device]
     cmd += [str(Path(__file__).resolve().parent)]
     made = child(cmd, min(240, report.remaining() - 60), dict(os.environ), stdout=True)
-    lines = [line for line in made.pop("stdout", "").splitlines() if line.startswith("{")]
-    ref: dict[str, Any] | None = json.loads(lines[-1]) if made.get("rc") == 0 and lines else None
+    printed = stdout_json(made)
+    ref: dict[str, Any] | None = printed if made.get("rc") == 0 else None
     report.stage("transformers", {**made, **(ref or {})})
     # fp32 first (its ~20 GB package cannot share the disk with the others), inside a cap
     # that leaves the speed exports their time
     if "ours_fp32" in args.packages and ref is not None and report.remaining() > 420:
-        args.export_timeout_s, wanted = min(args.export_timeout_s, 150), args.export_timeout_s
-        fp32 = exports(args, report, checkpoint, None, {"fp32": ["--dtype", "fp32", *TEXT]}, False)
-        args.export_timeout_s = wanted
+        capped = argparse.Namespace(**{**vars(args), "export_timeout_s": 150})
+        fp32 = exports(
+            capped, report, checkpoint, None, {"fp32": ["--dtype", "fp32", *TEXT]}, False
+        )
         for name, built_fp32 in fp32.items():
             parity(args, report, name, built_fp32, ref, timeout=120)
             shutil.rmtree(built_fp32, ignore_errors=True)  # even with --keep: the disk
@@ -242,9 +242,9 @@ def main() -> None:
     remove(checkpoint, args)
 
     # Most wanted first; each package deleted after its last stage.
-    plan: list[tuple[str, str]] = []
-    for name in ("ours_int4", "ours_fp16", "mobius_fp16", "ours_bf16", "ours_int8"):
-        plan.append(("genai", name))
+    plan = [
+        ("genai", n) for n in ("ours_int4", "ours_fp16", "mobius_fp16", "ours_bf16", "ours_int8")
+    ]
     plan += [("parity", "ours_fp16")]
     plan += [("prefill", n) for n in ("ours_int4", "ours_fp16", "mobius_fp16", "ours_bf16")]
     plan += [("prefill", "ours_int8"), ("runner", "ours_int4"), ("runner", "ours_fp16")]

@@ -58,6 +58,13 @@ def child(
     return result
 
 
+def stdout_json(stage: dict[str, Any]) -> dict[str, Any] | None:
+    """The last JSON object line a ``child(..., stdout=True)`` stage printed (its stdout is
+    dropped from the stage), or None."""
+    lines = [line for line in stage.pop("stdout", "").splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
 def random_checkpoint(report: Report, work: Path, preset: str, device: str) -> Path | None:
     """A fresh ``work`` folder with a random full-size checkpoint of ``preset`` in it
     (``side_by_side_stages.py checkpoint``), recorded as the report's ``checkpoint`` stage;

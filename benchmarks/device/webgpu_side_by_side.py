@@ -209,15 +209,14 @@ def exports(
         cmd = [sys.executable, "-m", "engine", "build", "--model", str(checkpoint)]
         cmd += ["--ep", args.ep, *flags, "--quiet", "--json", "--overwrite", str(out)]
         children[f"ours_{variant}"] = (Child(cmd), out)
-    if not with_peer:
-        pass
-    elif "mobius_fp16" in args.packages and peer is not None:
-        out = work / "mobius-fp16"
-        cmd = [sys.executable, "-m", "mobius", "build", "--config", str(checkpoint)]
-        cmd += ["--ep", args.ep, "--runtime", "ort-genai", "--dtype", "f16", str(out)]
-        children["mobius_fp16"] = (Child(cmd, peer), out)
-    elif "mobius_fp16" in args.packages:
-        report.stage("export_mobius_fp16", {"skipped": "mobius is not installed here"})
+    if with_peer and "mobius_fp16" in args.packages:
+        if peer is None:
+            report.stage("export_mobius_fp16", {"skipped": "mobius is not installed here"})
+        else:
+            out = work / "mobius-fp16"
+            cmd = [sys.executable, "-m", "mobius", "build", "--config", str(checkpoint)]
+            cmd += ["--ep", args.ep, "--runtime", "ort-genai", "--dtype", "f16", str(out)]
+            children["mobius_fp16"] = (Child(cmd, peer), out)
     packages = {}
     for name, (child, out) in children.items():
         result = child.json(min(args.export_timeout_s, report.remaining() - 60))
