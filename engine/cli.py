@@ -18,7 +18,10 @@ from engine.progress import InterruptOnSignals
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m engine",
-        description="Export Gemma 4 to ONNX Runtime GenAI packages tuned for one EP.",
+        description=(
+            "Export Hugging Face LLMs (Gemma 4 and 3, Llama, Mistral, Qwen 2 and 3, Phi-3, "
+            "SmolLM3) to ONNX Runtime GenAI packages tuned for one execution provider."
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:

@@ -44,6 +44,7 @@ from engine.progress import CancelToken, Progress, no_progress
 from engine.rewrites import apply_rewrites
 from engine.spec import ModelSpec
 from engine.tokenizer_files import check_tokenizer_files
+from engine.units import format_bytes
 from engine.weights import stream_writer
 from engine.weights.factory import TensorFactory
 from engine.weights.sources import CheckpointSource, RandomSource, WeightSource
@@ -77,11 +78,24 @@ class ExportResult:
     def total_bytes(self) -> int:
         return sum(self.files.values())
 
+    def __repr__(self) -> str:
+        """A line, not the whole plan (``result.plan`` has it)."""
+        capture = ", ".join(f"{s} {'on' if on else 'off'}" for s, on in self.capture.items())
+        return (
+            f"ExportResult(output={str(self.output)!r}, {len(self.files)} files, "
+            f"{format_bytes(self.total_bytes)}, {self.seconds:.2f} s, ep={self.plan.caps.name!r}, "
+            f"graph capture: {capture or 'none'})"
+        )
+
 
 def load_model_spec(model_dir: str | os.PathLike[str] | None, preset: str | None) -> ModelSpec:
     """The spec of a checkpoint folder or a built-in preset (exactly one of them)."""
-    if (model_dir is None) == (preset is None):
-        raise OptionsError("give either a model folder or a preset name (not both)")
+    if model_dir is None and preset is None:
+        raise OptionsError(
+            f"give a model folder ({option('model')}) or a preset ({option('preset')})"
+        )
+    if model_dir is not None and preset is not None:
+        raise OptionsError("give a model folder or a preset name, not both")
     return load_spec(model_dir) if model_dir is not None else load_preset(str(preset))
 
 

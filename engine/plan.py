@@ -29,6 +29,7 @@ from engine.plan_model import (
 )
 from engine.quantize import BLOCK_SIZES, check_quantizable, check_shareable
 from engine.spec import ModelSpec
+from engine.units import format_bytes
 
 __all__ = [
     "ExportPlan",
@@ -384,7 +385,7 @@ def plan(spec: ModelSpec, options: ExportOptions) -> ExportPlan:
         for name, owner in session.ties.items():
             planned[name] = _tied(name, planned[owner], options)
         weights = tuple(planned.values())
-        for message in _limit_warnings(weights) + _float_expert_warnings(weights, options):
+        for message in _limit_warnings(weights, limits) + _float_expert_warnings(weights, options):
             warnings.setdefault(message, []).append(session.name)
         sessions.append(SessionPlan(session.name, session.filename, weights, session))
     # A tensor two sessions hold (the token table of the embedding session and the
@@ -432,25 +433,38 @@ def _check_gbq_blocks(wp: WeightPlan, options: ExportOptions) -> None:
             )
 
 
-def _limit_warnings(weights: tuple[WeightPlan, ...]) -> list[str]:
-    """What the user should know about weights over the EP's buffer limits."""
+def _limit_warnings(weights: tuple[WeightPlan, ...], limits: _Limits) -> list[str]:
+    """What the user should know about weights over the EP's buffer limits, and what to
+    do about it."""
+    binding_advice = (
+        f"adapters that grant larger storage bindings run it, others need a lower "
+        f"{option('max_buffer_size')}"
+    )
     warnings = []
     for wp in weights:
         if wp.shares:
             continue
         if "max_buffer_size" in wp.exceeds and not wp.is_split:
             warnings.append(
-                f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the buffer limit: {wp.note}"
+                f"{wp.name} ({format_bytes(wp.unsplit_nbytes)}) exceeds the buffer limit: {wp.note}"
             )
         if wp.pieces_exceed:
+            largest = format_bytes(max(p.largest_buffer for p in wp.pieces))
+            if "max_buffer_size" in wp.pieces_exceed:
+                what = f"the buffer limit ({format_bytes(limits.buffer or 0)})"
+                advice = f"raise {option('max_buffer_size')} or keep the tensor in fewer bits"
+            else:
+                what = (
+                    f"the spec-default storage binding size ({format_bytes(limits.binding or 0)})"
+                )
+                advice = binding_advice
             warnings.append(
-                f"{wp.name}: pieces still exceed {', '.join(wp.pieces_exceed)} "
-                f"({max(p.largest_buffer for p in wp.pieces):,} B each at most)"
+                f"{wp.name}: split into {len(wp.pieces)} pieces of up to {largest}, still over "
+                f"{what}; {advice}"
             )
         elif "max_storage_binding_size" in wp.exceeds and not wp.is_split:
             warnings.append(
-                f"{wp.name} ({wp.unsplit_nbytes:,} B) exceeds the spec-default storage binding "
-                "size; adapters that grant more run it, others need a lower "
-                f"{option('max_buffer_size')}"
+                f"{wp.name} ({format_bytes(wp.unsplit_nbytes)}) exceeds the spec-default "
+                f"storage binding size ({format_bytes(limits.binding or 0)}); {binding_advice}"
             )
     return warnings

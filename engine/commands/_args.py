@@ -119,7 +119,13 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--accuracy-level", type=count, default=None, help="MatMulNBits accuracy_level (0-4)"
     )
-    parser.add_argument("--graph-capture", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--graph-capture",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="graph capture in the genai_config (auto: on where the EP has it and the "
+        "audit finds nothing that breaks it; on: refuse to build otherwise)",
+    )
     parser.add_argument(
         "--max-buffer-size",
         type=size,

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="interpreter of another environment to measure node placement in (e.g. "
         "onnxruntime-webgpu 1.27's .venv-webgpu/bin/python); default: this one",
     )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the audit as JSON")
     parser.set_defaults(handler=run)
 
 

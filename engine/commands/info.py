@@ -10,7 +10,7 @@ from engine.commands._args import add_model_args, print_json
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("info", help="summarize a model's architecture")
     add_model_args(parser)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the model's facts as JSON")
     parser.set_defaults(handler=run)
 
 

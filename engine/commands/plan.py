@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bytes and predicted mean KLD (a --size-budget for each); needs --model and 4 weight "
         "or embedding bits",
     )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run)
 
 

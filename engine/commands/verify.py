@@ -30,7 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--prompt-len", type=count, default=12, help="random prompt length")
     parser.add_argument("--seed", type=count, default=0, help="seed of the random prompt")
-    parser.add_argument("--ep", default="cpu", help="EP to run the package on (default cpu)")
+    parser.add_argument(
+        "--ep",
+        default="cpu",
+        help="EP to run the package on (default cpu, the reference, whatever the package was "
+        "built for)",
+    )
     parser.add_argument(
         "--image", action="append", default=[], metavar="PATH", help="an image (repeatable)"
     )
@@ -64,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.runtime.media import MediaPrompt
+    from engine.runtime.package import open_package
     from engine.runtime.verify import verify
     from engine.runtime.verify_media import verify_media
 
@@ -95,8 +101,16 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.passed else 1
     kind = "quantized" if result.quantized else (result.dtype or "float")
     print(f"package  {result.package} ({kind}, ran on {result.provider})")
+    built_for = open_package(result.package).ep
+    if result.ep != built_for:
+        print(f"         built for {built_for}: add --ep {built_for} to check it there too")
     print(f"model    {result.model}")
     print(f"{'step':>4} {'ref':>7} {'pkg':>7} {'max |diff|':>11} {'rel':>9} {'cosine':>8}")
+    if not result.greedy_tokens_identical:
+        print(
+            "     (<- margin: how much higher the reference scored its token than the "
+            "package's; a small one is a near-tie)"
+        )
     for s in result.steps:
         mark = "" if s.package_token == s.reference_token else f"  <- margin {s.margin:.3g}"
         print(
@@ -114,4 +128,6 @@ def run(args: argparse.Namespace) -> int:
         print("verdict: PASS")
         return 0
     print("verdict: FAIL - " + "; ".join(result.reasons))
+    for note in result.notes:
+        print(f"note: {note}")
     return 1

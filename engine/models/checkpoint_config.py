@@ -51,7 +51,12 @@ def load_config(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:  # a folder this user may not enter, an unreadable file
         raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "fix it, or copy the model folder again"
+        ) from exc
+    except (UnicodeDecodeError, RecursionError) as exc:
         raise SpecError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a JSON object at the top level")

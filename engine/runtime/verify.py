@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,24 @@ class VerifyResult:
     quality: TextQuality | None = None
     """The package against transformers on text (:mod:`engine.runtime.quality`); None
     when not measured."""
+    reference_flatness: float = 0.0
+    """Mean entropy of the reference's next-token distributions over the steps, as a
+    share of a uniform one's (:func:`flatness`)."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the numbers cannot say here: a failure on top-1 or cosine against nearly
+        flat reference logits (a random-weight checkpoint) tells little about a package."""
+        ranking = ("top-1", "logit cosine")
+        judged_by_ranking = bool(self.reasons) and all(r.startswith(ranking) for r in self.reasons)
+        if self.reference_flatness < FLAT_REFERENCE or not judged_by_ranking:
+            return ()
+        return (
+            f"the reference's next-token distributions are nearly flat (entropy "
+            f"{self.reference_flatness:.0%} of a uniform one's: a random-weight checkpoint?), "
+            "so near-ties decide top-1 and small differences move the cosine; verify against "
+            "a trained checkpoint to judge the package",
+        )
 
     @property
     def max_abs_diff(self) -> float:
@@ -155,6 +174,7 @@ class VerifyResult:
             top1_agreement=self.agreement,
             greedy_tokens_identical=self.greedy_tokens_identical,
             quality=None if self.quality is None else self.quality.to_json(),
+            notes=list(self.notes),
         )
         return data
 
@@ -321,6 +341,7 @@ def verdict(
         passed=not reasons,
         reasons=tuple(reasons),
         seconds=time.perf_counter() - started,
+        reference_flatness=flatness(ref_logits),
     )
 
 
@@ -335,6 +356,21 @@ def longrope_switch(spec: ModelSpec) -> int | None:
     return min(lengths) if lengths else None
 
 
+@contextmanager
+def transformers_bars_off() -> Iterator[None]:
+    """transformers' own progress bars off (its "Loading weights" bar on stderr): the
+    caller's progress says where the work is, and ``--quiet`` means quiet."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_reference(model_dir: str | os.PathLike[str]) -> Any:
     """The checkpoint in transformers, float32, in eval mode.
 
@@ -347,7 +383,8 @@ def load_reference(model_dir: str | os.PathLike[str]) -> Any:
     except ImportError as exc:
         raise RuntimeUnavailableError(NO_TRANSFORMERS) from exc
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        with transformers_bars_off():
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     except Exception as exc:  # transformers raises many types here
         raise RuntimeUnavailableError(
             f"transformers could not load '{model_dir}': {one_line(exc)}; check the checkpoint "
@@ -401,6 +438,25 @@ def reference_greedy(
             ids.append(tokens[-1])
             progress((i + 1) / steps, f"transformers step {i + 1}/{steps}")
     return tokens, logits
+
+
+FLAT_REFERENCE = 0.9
+"""Reference flatness (:func:`flatness`) from which top-1 and cosine failures get a note.
+A trained model's next-token distributions sit far below it; a random-weight checkpoint's
+(logits within a few units over the whole vocabulary) above 0.95."""
+
+
+def flatness(logits: Sequence[np.ndarray]) -> float:
+    """Mean entropy of ``softmax(row)`` over the rows, divided by ``log(vocab)``: 1 for
+    uniform distributions, near 0 for confident ones."""
+    shares = []
+    for row in logits:
+        z = np.asarray(row, np.float64) - float(np.max(row))
+        p = np.exp(z)
+        p /= p.sum()
+        entropy = -float(np.sum(p * np.log(np.where(p > 0, p, 1.0))))
+        shares.append(entropy / np.log(len(p)) if len(p) > 1 else 0.0)
+    return float(np.mean(shares)) if shares else 0.0
 
 
 def check_step(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> StepCheck:

@@ -21,7 +21,13 @@ from engine.runtime.limits import check_lengths
 from engine.runtime.media import MediaPrompt, check_processed_length
 from engine.runtime.package import Package, open_package
 from engine.runtime.session import one_line
-from engine.runtime.verify import NO_TRANSFORMERS, Tolerance, VerifyResult, verdict
+from engine.runtime.verify import (
+    NO_TRANSFORMERS,
+    Tolerance,
+    VerifyResult,
+    transformers_bars_off,
+    verdict,
+)
 
 
 def verify_media(
@@ -101,9 +107,10 @@ def _reference(
     except ImportError as exc:
         raise RuntimeUnavailableError(NO_TRANSFORMERS) from exc
     try:
-        model = Gemma4ForConditionalGeneration.from_pretrained(
-            str(model_dir), dtype=torch.float32
-        ).eval()
+        with transformers_bars_off():
+            model = Gemma4ForConditionalGeneration.from_pretrained(
+                str(model_dir), dtype=torch.float32
+            ).eval()
     except Exception as exc:  # transformers raises many types here
         raise RuntimeUnavailableError(
             f"transformers could not load '{model_dir}': {one_line(exc)}"

@@ -9,6 +9,7 @@ import pytest
 
 from engine.errors import SpecError
 from engine.models import spec_from_config
+from engine.models.checkpoint_config import load_config
 from engine.presets import list_presets, load_preset, preset_config
 
 OLD_FORMAT = {  # transformers <= 5.14 writes global_* fields
@@ -149,6 +150,15 @@ def test_bad_configs_name_the_problem(change, message):
             config[key] = value
     with pytest.raises(SpecError, match=message):
         spec_from_config(config)
+
+
+def test_a_config_that_is_not_json_says_where_and_what_to_do(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gemma4_text",\n}')
+    with pytest.raises(SpecError) as caught:
+        load_config(tmp_path)
+    message = str(caught.value)
+    assert "config.json is not valid JSON (line 2, column 1:" in message
+    assert "fix it, or copy the model folder again" in message
 
 
 def test_missing_model_type_is_named():

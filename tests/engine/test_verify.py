@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.errors import PackageError
 from engine.options import ExportOptions
 from engine.pipeline import export
-from engine.runtime.verify import FLOAT_TOLERANCES, QUANTIZED_TOLERANCE, tolerance_for, verify
+from engine.runtime.verify import (
+    FLAT_REFERENCE,
+    FLOAT_TOLERANCES,
+    QUANTIZED_TOLERANCE,
+    flatness,
+    tolerance_for,
+    verify,
+)
 from tests._support.cli import cli
 from tests._support.tiny_gemma import make_checkpoint
 
@@ -73,6 +82,23 @@ def test_quantized_package_uses_the_agreement_tolerance(made):
     assert result.passed is expected
 
 
+def test_a_ranking_failure_on_flat_reference_logits_says_what_it_cannot_tell(made):
+    """The tiny random checkpoint's next-token distributions are nearly uniform: a
+    quantized package failing top-1 or cosine there gets a note saying so (a new user
+    read such a FAIL as a broken package); a package that is really wrong does not."""
+    assert flatness([np.zeros(512)]) == pytest.approx(1.0)
+    assert flatness([np.r_[30.0, np.zeros(511)]]) < 0.01
+    result = verify(made["int8"], made["model"], steps=8)
+    assert result.reference_flatness > FLAT_REFERENCE
+    failed = replace(result, passed=False, reasons=("top-1 agreement 12% < 80%",))
+    (note,) = failed.notes
+    assert "nearly flat" in note and "trained checkpoint" in note
+    assert failed.to_json()["notes"] == [note]
+    wrong = verify(made["other_seed"], made["model"], steps=4)
+    assert any("relative logit difference" in r for r in wrong.reasons) and wrong.notes == ()
+    assert replace(failed, reference_flatness=0.5).notes == ()
+
+
 def test_package_of_another_architecture_is_refused(made):
     with pytest.raises(
         PackageError, match=r"vocabulary \(512\) differs from the checkpoint's \(320\)"
@@ -93,6 +119,7 @@ def test_verify_cli_exit_codes_and_verdicts(made):
     )
     assert good.returncode == 0, good.stderr
     assert "verdict: PASS" in good.stdout and "greedy tokens identical" in good.stdout
+    assert "Loading weights" not in good.stderr  # --quiet: no transformers bar either
     bad = cli(
         "verify", str(made["other_seed"]), "--model", str(made["model"]), "--steps", "4", "--json"
     )
