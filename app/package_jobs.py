@@ -204,6 +204,8 @@ class VerifyReport:
     result: VerifyResult | None = None
     skipped: str = ""
     """Why there is no comparison (a preset has no checkpoint)."""
+    built_for: str = "cpu"
+    """The EP the package was built for (both checks run it on the CPU, the reference)."""
 
 
 def verify_job(
@@ -212,18 +214,21 @@ def verify_job(
     """The app's load check, then ``engine.runtime.verify.verify`` against the source
     checkpoint when there is one (a preset has none)."""
     from app.load_check import check_package_loads
+    from engine.runtime.package import open_package
 
     progress(0.05, "loading the package in onnxruntime")
     loads = check_package_loads(package)
+    built_for = open_package(package).ep
     cancel.raise_if_cancelled()
     if model_dir is None:
         progress(1.0, "done")
-        return VerifyReport(loads, skipped="the package was built from a preset: no checkpoint")
+        skipped = "the package was built from a preset: no checkpoint"
+        return VerifyReport(loads, skipped=skipped, built_for=built_for)
     from engine.runtime.verify import verify
 
     progress(0.1, "comparing with transformers")
     result = verify(package, model_dir, progress=sub_progress(progress, 0.1, 1.0), cancel=cancel)
-    return VerifyReport(loads, result)
+    return VerifyReport(loads, result, built_for=built_for)
 
 
 def inspect_job(path: Path, progress: Progress, cancel: CancelToken) -> PackageInfo:

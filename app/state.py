@@ -63,6 +63,8 @@ class StudioState(QObject):
     """Why the options were moved onto allowed values (empty: nothing to explain)."""
     sourceProblemChanged = Signal(str)
     """Why the chosen model cannot be exported (empty: no known problem)."""
+    formProblemChanged = Signal(str)
+    """Which field of the form holds a value that is not applied (empty: none)."""
     errorChanged = Signal(str, str)
     """(where, message); an empty message means the error of ``where`` was cleared."""
     tradeoffsChanged = Signal()
@@ -82,6 +84,9 @@ class StudioState(QObject):
         self.source_problem = ""
         self.plan_problem = ""
         """Why the current options cannot be planned (empty: they can, or not known yet)."""
+        self.form_problem = ""
+        """A field whose text cannot be read (a custom buffer limit of "lots"): the options
+        keep their last good value, so the preview would not show what the field does."""
         self.adjustment = ""
         self._tradeoffs: dict[tuple[ModelSource, ExportOptions], Tradeoff] = {}
         """Measurements (“Compare sizes and quality…”) by source and options, their size
@@ -170,6 +175,11 @@ class StudioState(QObject):
             self.overwrite = overwrite
             self.overwriteChanged.emit(overwrite)
 
+    def set_form_problem(self, problem: str) -> None:
+        if problem != self.form_problem:
+            self.form_problem = problem
+            self.formProblemChanged.emit(problem)
+
     def set_preview(self, preview: Any, plan_problem: str = "") -> None:
         """The latest preview, or None with why the options cannot be planned."""
         self.preview = preview
@@ -200,6 +210,8 @@ class StudioState(QObject):
         """Why Export cannot run now, in a sentence (empty when it can)."""
         if self.source_problem:
             return f"the model cannot be exported: {self.source_problem}"
+        if self.form_problem:
+            return self.form_problem
         if self.plan_problem:
             return f"the current options cannot be planned: {self.plan_problem}"
         if not self.output.strip():

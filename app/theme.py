@@ -84,7 +84,7 @@ def series_color(name: str) -> str:
     return SERIES[zlib.crc32(name.encode()) % len(SERIES)]
 
 
-FITS, SPLIT_GHOST_LIGHT, SPLIT_GHOST_DARK = "#4c72b0", "#c9d6ea", "#3b4a63"
+FITS, SPLIT_GHOST_LIGHT, SPLIT_GHOST_DARK = "#4c72b0", "#c9d6ea", "#a9b8d0"
 OVER, BINDING = "#c44e52", "#dd8452"
 CAPTURE_OFF, CAPTURE_ON = "#8c9bb0", "#dd8452"
 

@@ -157,11 +157,21 @@ class LatestRunsChart(QWidget):
             if off and on and off.decode_tokens_per_second
             else ""
         )
+        # One line under the bars (their labels carry the values): a line per run pushed a
+        # 1024x700 window past its height; the tooltip keeps the long form.
+        spreads = [
+            f"{name} {r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f}"
+            f" ({r.decode_spread:.0%})"
+            for name, r in (("off", off), ("on", on))
+            if r is not None
+        ]
+        repeats = max((r.repeats for r in (off, on) if r is not None), default=0)
+        note = f"decode spread over {repeats} runs: {', '.join(spreads)}" if spreads else ""
         self.legend.set_items(
             [LegendItem("capture off", CAPTURE_OFF), LegendItem("capture on", CAPTURE_ON)]
             if lines
             else [],
-            "\n".join(lines) + speedup,
+            note + speedup,
         )
         self.setToolTip("\n".join(lines) + speedup)
         self.setAccessibleDescription("; ".join(lines) + speedup or "no runs yet")

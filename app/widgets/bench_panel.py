@@ -17,6 +17,7 @@ from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -76,6 +78,19 @@ COLUMNS = (
 """The history's columns: numbers under two-line headers, runtime, EP and capture in one
 column, prompt and new tokens in another, so that at 1024 px every metric shows beside a
 readable package name."""
+
+
+class _FittingPage(QWidget):
+    """A scroll area's page that fills the viewport and scrolls only below its least
+    height: its wrapped labels make its layout height-for-width, and QScrollArea gives
+    such a page its preferred height, which let the charts push the history out of sight
+    in a window that fits them."""
+
+    def heightForWidth(self, width: int) -> int:
+        layout = self.layout()
+        if layout is None:
+            return super().heightForWidth(width)
+        return layout.totalMinimumHeightForWidth(width)
 
 
 class BenchPanel(QWidget):
@@ -209,9 +224,19 @@ class BenchPanel(QWidget):
         self.history_tabs.setMinimumHeight(190)
         body.setChildrenCollapsible(False)
         body.setSizes([500, 260])
-        layout = QVBoxLayout(self)
+        page = _FittingPage()
+        layout = QVBoxLayout(page)
         layout.addWidget(settings)
         layout.addWidget(body, 1)
+        # The page scrolls where the window is shorter than run settings, charts and history
+        # together (1024x700 after a run): its least height no longer grows the window.
+        self.page_scroll = QScrollArea()
+        self.page_scroll.setWidget(page)
+        self.page_scroll.setWidgetResizable(True)
+        self.page_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.page_scroll)
 
         self.browse.clicked.connect(self._browse)
         self.package.editingFinished.connect(lambda: controller.inspect(self.package.text()))

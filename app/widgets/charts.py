@@ -8,6 +8,7 @@ plain-text summary of what it shows (tooltip and accessible description).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,30 @@ def unit_for(largest: float) -> tuple[float, str]:
 
 NOISE = ("model.", ".MatMul", ".weight")
 """Name parts that every tensor of a package shares (Hugging Face and builder naming)."""
+
+
+def round_ticks(
+    top: float, room: int, metrics: QFontMetrics, horizontal: bool = True
+) -> list[float]:
+    """0, step, 2 * step, ... up to ``top``, the step the least round one (1, 2 or 5 times
+    a power of ten) whose labels fit ``room`` pixels with a gap of two digits between
+    neighbours (one label's height on a vertical axis)."""
+    if top <= 0:
+        return [0.0]
+    exponent = math.floor(math.log10(top)) - 2
+    while True:
+        for factor in (1, 2, 5):
+            step = factor * 10.0**exponent
+            values = [i * step for i in range(int(top / step + 1e-9) + 1)]
+            labels = [f"{v:g}" for v in values]
+            if horizontal:
+                need = max(metrics.horizontalAdvance(t) for t in labels)
+                need += 2 * metrics.horizontalAdvance("0")
+            else:
+                need = 2 * metrics.height()
+            if len(values) <= 1 or room * step / top >= need:
+                return values
+        exponent += 1
 
 
 def short_name(name: str, width: int = 30) -> str:
@@ -171,6 +196,21 @@ class ChartBox(QWidget):
         """The labels as drawn (elided where the full one does not fit)."""
         item.setTicks([list(enumerate(shown))])
 
+    def value_axis(self, axis: str, top: float) -> None:
+        """Ticks 0..``top`` on a value axis at a round step (1, 2 or 5 times a power of ten)
+        wide enough that no two labels touch at the plot's present size: pyqtgraph's own
+        spacing ran "500", "1000" and "1500" together in a narrow column."""
+        item = self.plot.getAxis(axis)
+        metrics = QFontMetrics(item.style.get("tickFont") or self.font())
+        horizontal = axis in ("bottom", "top")
+        room = (
+            self.plot.width() - self.plot.getAxis("left").width()
+            if horizontal
+            else (self.plot.height() - self.plot.getAxis("bottom").height())
+        )
+        ticks = round_ticks(top, max(room, 1), metrics, horizontal)
+        item.setTicks([[(v, f"{v:g}") for v in ticks]])
+
     def minimumSizeHint(self) -> QSize:
         """Room for the title, the plot's least height and the legend's rows at this
         width: a layout never squeezes the legend over the plot's axis."""
@@ -237,6 +277,7 @@ class SessionSizeChart(ChartBox):
         )
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, max(left) * 1.05, padding=0)
+        self.value_axis("bottom", max(left) * 1.05)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.set_items(legend)
         self.updateGeometry()
@@ -355,6 +396,7 @@ class LargestTensorsChart(ChartBox):
         self.category_axis("left", labels)
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, top / scale, padding=0)
+        self.value_axis("bottom", top / scale)
         self.plot.setYRange(-0.7, len(ordered) - 0.3, padding=0)
         self.legend.set_items(legend, "\n".join(notes))
         self.updateGeometry()

@@ -30,6 +30,7 @@ from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.wording import error_text, render
 from app.workers import Worker, start_worker
+from engine.caps import get_caps
 from engine.units import format_bytes
 
 
@@ -155,8 +156,8 @@ class ExportPanel(QWidget):
         controller.progress.connect(self._on_progress)
         controller.logged.connect(self.log.appendPlainText)
         controller.succeeded.connect(self._on_success)
-        controller.cancelled.connect(lambda: self._set_stage("Cancelled: nothing was written."))
-        controller.failed.connect(lambda msg: self._set_stage(f"Failed: {msg}", "error"))
+        controller.cancelled.connect(lambda: self._stopped("Cancelled: nothing was written."))
+        controller.failed.connect(lambda msg: self._stopped(f"Failed: {msg}", "error"))
         controller.finished.connect(self._on_finished)
         # The last export's stage, bar and summary are about what it was asked for: a
         # new model, options or folder starts from "Ready." again.
@@ -169,6 +170,7 @@ class ExportPanel(QWidget):
             state.overwriteChanged,
             state.previewChanged,
             state.sourceProblemChanged,
+            state.formProblemChanged,
         ):
             signal.connect(self.refresh)
         self.refresh()
@@ -209,6 +211,12 @@ class ExportPanel(QWidget):
 
     def _set_stage(self, text: str, level: str | None = None) -> None:
         self.stage.say(text, level)
+
+    def _stopped(self, text: str, level: str | None = None) -> None:
+        """An export that wrote nothing: the bar goes back to empty, not left at the share
+        it had reached."""
+        self.progress.setValue(0)
+        self._set_stage(text, level)
 
     def _context_changed(self, *_: Any) -> None:
         """Forget the last export's status (not while one runs: it is that one's)."""
@@ -298,8 +306,14 @@ class ExportPanel(QWidget):
                 f"max |Δlogit| {result.max_abs_diff:.2e}, min cosine {result.min_cosine:.6f}"
                 + "".join(f"; {r}" for r in result.reasons)
             )
+            lines += [f"note: {note}" for note in result.notes]
             if result.quality is not None:
                 lines.append(f"quality {result.quality.summary()}")
+        if report.built_for != "cpu":
+            lines.append(
+                f"checked on the CPU, the reference; the Benchmark tab runs it on "
+                f"{get_caps(report.built_for).display_name}"
+            )
         self.verify_result.setText("\n".join(lines))
         for line in lines:
             self.log.appendPlainText(f"verify: {line}")

@@ -88,7 +88,7 @@ class PreviewPanel(QWidget):
             ["Tensor", "Precision", "Bytes", "Measured KLD in INT4"], stretch=0, rows="prefer"
         )
 
-        charts = QSplitter(Qt.Orientation.Horizontal)
+        self.charts = charts = QSplitter(Qt.Orientation.Horizontal)
         charts.addWidget(self._sizes)
         charts.addWidget(self._tensors)
         charts.setSizes([380, 620])
@@ -96,7 +96,8 @@ class PreviewPanel(QWidget):
         split_box.setToolTip(
             "What is split to fit the buffer limit, into how many pieces, bytes each"
         )
-        capture_box = _boxed("Graph capture", self.readiness)
+        self.split_box = split_box
+        capture_box = self.capture_box = _boxed("Graph capture", self.readiness)
         capture_box.setToolTip("Graph-capture readiness per session, and why")
         self.precision_box = _boxed("Mixed precision", self.precision_table)
         self.precision_box.setToolTip(
@@ -144,9 +145,15 @@ class PreviewPanel(QWidget):
         self.warnings.setVisible(bool(warnings))
 
     def _redraw(self, data: PreviewData | None) -> None:
+        # Without a plan, empty charts and tables would only show meaningless axes.
+        for part in (self.charts, self.split_box, self.capture_box):
+            part.setVisible(data is not None)
         if data is None:
             self.title.setText("No preview: the current options cannot be planned")
-            self.facts.setText("")
+            self.facts.setText(
+                "Why is said above and beside Export. Change the model or the options, and the "
+                "preview comes back by itself."
+            )
             for table in (self.splits, self.readiness):
                 table.setRowCount(0)
             self._show_warnings(())

@@ -92,6 +92,8 @@ class TargetPanel(QGroupBox):
         self.output = described(QLineEdit(), "output")
         self.browse = described(QPushButton("Browse…"), "output", " (choose the parent folder)")
         self.overwrite = checkbox("overwrite")
+        self._unread: dict[str, str] = {}
+        """Why a size field's text was not applied, by option key (its last bad text)."""
         self.note = MessageLabel()
         self.note.setObjectName("adjustmentNote")
         self.note.setAccessibleName("What was adjusted")
@@ -343,7 +345,18 @@ class TargetPanel(QGroupBox):
         limit = self._custom_limit()
         budget = self._size_budget()
         applies = self._budget_applies()
-        if limit is False or (budget is False and applies):
+        unread = [
+            f"{CONTROLS[key].name} “{box.text().strip()}” is not applied: {self._unread[key]}"
+            for key, box, bad in (
+                ("max_buffer_size", self.limit, limit is False),
+                ("size_budget", self.size_budget, budget is False and applies),
+            )
+            if bad
+        ]
+        # Export waits for a value it can read: the options (and the preview) keep the last
+        # good one, which is not what the field shows.
+        self._state.set_form_problem("; ".join(unread))
+        if unread:
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
@@ -457,6 +470,7 @@ class TargetPanel(QGroupBox):
         except ValueError as exc:
             self.size_budget.setStyleSheet(INVALID_STYLE)
             self.size_budget.setToolTip(f"Not applied: {exc}")
+            self._unread["size_budget"] = str(exc)
             return False
         self.size_budget.setStyleSheet("")
         return value
@@ -480,6 +494,7 @@ class TargetPanel(QGroupBox):
         except ValueError as exc:
             self.limit.setStyleSheet(INVALID_STYLE)
             self.limit.setToolTip(f"Not applied: {exc}")
+            self._unread["max_buffer_size"] = str(exc)
             return False
         self.limit.setStyleSheet("")
         self.limit.setToolTip(f"{CONTROLS['max_buffer_size'].help}\n\nNow: {value:,} bytes")

@@ -117,12 +117,7 @@ class MainWindow(QMainWindow):
         self.left_scroll = QScrollArea()
         self.left_scroll.setWidget(left)
         self.left_scroll.setWidgetResizable(True)
-        # Never narrower than its content plus the vertical scroll bar: no clipped right edge.
-        bar = self.left_scroll.verticalScrollBar().sizeHint().width()
-        frame = 2 * self.left_scroll.frameWidth()
-        self.left_scroll.setMinimumWidth(
-            max(LEFT_WIDTH[0], left.minimumSizeHint().width() + bar + frame)
-        )
+        self._fit_left_column()
         # Export stays in sight under the form, whatever its length (the form scrolls).
         left_column = QWidget()
         column_layout = QVBoxLayout(left_column)
@@ -147,8 +142,13 @@ class MainWindow(QMainWindow):
         self.split.splitterMoved.connect(lambda *_: setattr(self, "_columns_moved", True))
         self.setCentralWidget(self.split)
         self._menus()
+        # the advanced quantization rows are wider than the form: widen the column to them
+        self.target_panel.advanced_button.toggled.connect(
+            lambda *_: QTimer.singleShot(0, self, self._refit_left_column)
+        )
 
         self.state.previewChanged.connect(self.preview.show_preview)
+        self.state.previewChanged.connect(self._forget_planned_status)
         self.previewer.computed.connect(
             lambda ms: self.statusBar().showMessage(f"Preview planned in {ms:.1f} ms", 4000)
         )
@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
             self.state.overwriteChanged,
             self.state.previewChanged,
             self.state.sourceProblemChanged,
+            self.state.formProblemChanged,
             self.exporter.finished,
             self.exporter.started,
         ):
@@ -225,6 +226,27 @@ class MainWindow(QMainWindow):
                     max(area.top(), min(self.y(), area.bottom() - height - extra_h)),
                 )
         self._size_columns()
+
+    def _forget_planned_status(self, preview: object) -> None:
+        """The status "Preview planned in ..." was about the last plan, not a failed one."""
+        if preview is None:
+            self.statusBar().clearMessage()
+
+    def _fit_left_column(self) -> None:
+        """Never narrower than the form plus the vertical scroll bar, whatever is shown
+        (the advanced quantization rows are wider): no clipped right edge."""
+        form = self.left_scroll.widget()
+        assert form is not None
+        bar = self.left_scroll.verticalScrollBar().sizeHint().width()
+        frame = 2 * self.left_scroll.frameWidth()
+        self.left_scroll.setMinimumWidth(
+            max(LEFT_WIDTH[0], form.minimumSizeHint().width() + bar + frame)
+        )
+
+    def _refit_left_column(self) -> None:
+        self._fit_left_column()
+        if self.split.sizes()[0] < self.left_scroll.minimumWidth():
+            self._size_columns()
 
     def _size_columns(self) -> None:
         """The left column a third of the window, between its least and preferred widths."""

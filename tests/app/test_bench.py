@@ -76,7 +76,8 @@ def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
         bars = [i for i in plot.items if isinstance(i, pg.BarGraphItem)]
         assert len(bars) == 1, key
     assert any(isinstance(i, pg.ErrorBarItem) for i in chart.plots["decode"].items)
-    assert "spread" in chart.legend.text() and "over 3 runs" in chart.legend.text()
+    assert "decode spread over 3 runs: off " in chart.legend.text()
+    assert "over 3 runs (spread" in chart.toolTip()  # the long form
     panel.history_metric.setCurrentIndex(panel.history_metric.findData("rss"))
     assert "peak rss" in panel.history_chart.title.text().lower()
     saved = json.loads((window.settings.data_dir() / HISTORY_FILE).read_text())

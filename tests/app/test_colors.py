@@ -16,12 +16,14 @@ from app.preview_data import ROLE_LABELS, SessionSize, preview_from_plan
 from app.theme import (
     _STATUS,
     DTYPE_COLORS,
+    FITS,
     ROLE_COLORS,
     IndicatorStyle,
     chart_background,
     contrast_ratio,
     dark_palette,
     series_color,
+    split_ghost,
 )
 from app.widgets.charts import SessionSizeChart
 from engine.logical import Role
@@ -97,6 +99,18 @@ def test_series_colours_are_visible_on_the_chart_background(qapp, theme: str):
     for name, color in {**ROLE_COLORS, **DTYPE_COLORS}.items():
         ratio = contrast_ratio(QColor(color), background)
         assert ratio >= 1.3, f"{name} {color} on {background.name()}: {ratio:.2f}"
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_before_splitting_ghost_shows_on_the_background_and_beside_its_bar(qapp, theme: str):
+    """The pale bar behind a split tensor's piece: a dark blue one (#3b4a63, 1.8:1)
+    vanished on the dark chart background (a new user's walk)."""
+    palette = dark_palette() if theme == "dark" else QPalette(qapp.palette())
+    if theme == "light":
+        palette.setColor(QPalette.ColorRole.Base, QColor("#ffffff"))
+    ghost = QColor(split_ghost(palette))
+    assert contrast_ratio(ghost, QColor(FITS)) >= 2  # where the piece ends
+    assert contrast_ratio(ghost, chart_background(palette)) >= (3 if theme == "dark" else 1.4)
 
 
 def test_dtype_colours_are_fixed_and_distinct():

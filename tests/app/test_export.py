@@ -111,6 +111,7 @@ def test_cancel_mid_export_leaves_nothing(qtbot, window: MainWindow, tmp_path, s
     assert list(output.parent.iterdir()) == []
     assert window.exporter.result is None
     assert "Cancelled" in window.export_panel.stage.text()
+    assert window.export_panel.progress.value() == 0  # not the share reached before
     assert not window.banner.isVisible()  # a cancel is not an error
     assert window.export_panel.export_button.isEnabled()
     screens(window, "05-export-cancelled")

@@ -150,6 +150,7 @@ def test_no_column_is_elided_where_the_table_has_room(large: MainWindow, tmp_pat
     assert not preview.splits.horizontalScrollBar().isVisible()
     bench = _with_history(large, tmp_path)
     assert _elided(bench.table) == []
+    assert _in_sight(bench.table) and not bench.page_scroll.verticalScrollBar().isVisible()
 
 
 def test_at_1024x700_every_benchmark_metric_shows_and_the_package_name_is_in_its_tooltip(
@@ -163,6 +164,30 @@ def test_at_1024x700_every_benchmark_metric_shows_and_the_package_name_is_in_its
     assert str(tmp_path / "gemma4-e2b-webgpu-fp16-w4-emb4") in package.toolTip()
     header = table.horizontalHeader()
     assert header.sectionSize(1) >= _text_width(table, "gemma4-e2b-web")  # readable
+
+
+def test_at_1024x700_the_benchmark_tab_keeps_the_window_s_height(small: MainWindow, tmp_path):
+    """After a capture off/on run (two runs, a two-line note, the chart's legend) the tab
+    never raises the window's least height (it grew to 711-755 px, off a 768-px screen,
+    and would not shrink back): the page scrolls instead, Run stays in sight and the
+    history scrolls into sight."""
+    bench = _with_history(small, tmp_path)
+    bench.note.say(
+        "Done: 2 runs recorded. Ran on the WebGpuExecutionProvider plugin 0.4.0, software "
+        "adapter (lavapipe, no GPU). Capture on generates the same tokens as off.",
+        "ready",
+    )
+    for _ in range(3):
+        QApplication.processEvents()
+    assert small.minimumSizeHint().height() <= SMALL[1]
+    small.resize(*SMALL)
+    QApplication.processEvents()
+    assert small.size().height() == SMALL[1]
+    assert _in_sight(bench.run_button)
+    bench.page_scroll.ensureWidgetVisible(bench.table, 0, 0)
+    QApplication.processEvents()
+    header = bench.table.horizontalHeader()
+    assert small.rect().contains(QRect(header.mapTo(small, header.rect().topLeft()), header.size()))
 
 
 def test_many_plan_warnings_take_three_lines_and_the_tooltip_has_them_all(small: MainWindow):

@@ -128,10 +128,18 @@ def test_a_folder_that_is_not_a_model_is_reported_and_cannot_be_exported(
     assert "no config.json" in window.export_panel.blocker.text()
     assert "no config.json" in window.export_shortcut.toolTip()
     window.tabs.setCurrentIndex(0)
+    # no empty charts and tables with meaningless axes, no status about the last plan
+    qtbot.waitUntil(lambda: window.state.preview is None, timeout=10_000)
+    preview = window.preview
+    assert not preview.charts.isVisible() and not preview.split_box.isVisible()
+    assert "preview comes back by itself" in preview.facts.text()
+    assert not window.statusBar().currentMessage().startswith("Preview planned")
     screens(window, "03-error-banner")
     window.model_panel.kind_buttons.button(0).click()  # back to a preset
     qtbot.waitUntil(lambda: not window.banner.isVisible(), timeout=10_000)
     qtbot.waitUntil(window.export_panel.export_button.isEnabled, timeout=10_000)
+    qtbot.waitUntil(preview.charts.isVisible, timeout=10_000)
+    assert preview.capture_box.isVisible()
 
 
 def test_an_unknown_preset_selects_nothing_so_any_choice_loads(qtbot, window: MainWindow):
@@ -199,9 +207,17 @@ def test_a_bad_custom_buffer_limit_is_refused_inline(qtbot, window: MainWindow):
     assert "Not applied" in panel.limit.toolTip()
     assert "border" in panel.limit.styleSheet()
     assert window.state.options.max_buffer_size == 1024**3
+    # Export waits for a limit it can read, and says why beside both Export buttons: the
+    # options still hold 1 GiB, which is not what the field shows
+    blocker = "Buffer limit “lots” is not applied: cannot read 'lots' as a size"
+    assert not window.export_shortcut.isEnabled()
+    assert blocker in window.export_reason.text()
+    assert not window.export_panel.export_button.isEnabled()
+    assert blocker in window.export_panel.blocker.text()
     panel.limit.setText("64MiB")
     panel.limit.editingFinished.emit()
     assert window.state.options.max_buffer_size == 64 * 1024**2
+    assert window.state.form_problem == "" and window.export_shortcut.isEnabled()
 
 
 def test_a_limit_the_user_chose_can_be_forced_and_weights_kept_in_float(qtbot, window: MainWindow):
