@@ -33,8 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ep",
         default="cpu",
-        help="EP to run the package on (default cpu, the reference, whatever the package was "
-        "built for)",
+        help="EP to run the package on (default cpu, whatever EP the package was built for)",
     )
     parser.add_argument(
         "--image", action="append", default=[], metavar="PATH", help="an image (repeatable)"
@@ -102,20 +101,20 @@ def run(args: argparse.Namespace) -> int:
     kind = "quantized" if result.quantized else (result.dtype or "float")
     print(f"package  {result.package} ({kind}, ran on {result.provider})")
     built_for = open_package(result.package).ep
-    if result.ep != built_for:
+    if result.ep != built_for and built_for != "cpu":
         print(f"         built for {built_for}: add --ep {built_for} to check it there too")
     print(f"model    {result.model}")
     print(f"{'step':>4} {'ref':>7} {'pkg':>7} {'max |diff|':>11} {'rel':>9} {'cosine':>8}")
-    if not result.greedy_tokens_identical:
-        print(
-            "     (<- margin: how much higher the reference scored its token than the "
-            "package's; a small one is a near-tie)"
-        )
     for s in result.steps:
         mark = "" if s.package_token == s.reference_token else f"  <- margin {s.margin:.3g}"
         print(
             f"{s.step:>4} {s.reference_token:>7} {s.package_token:>7} {s.max_abs_diff:>11.3g} "
             f"{s.rel_diff:>9.3g} {s.cosine:>8.5f}{mark}"
+        )
+    if not result.greedy_tokens_identical:
+        print(
+            "     (margin: how much higher the reference scored its token than the package's "
+            "top-1; a small one is a near-tie)"
         )
     print(
         f"max |diff| {result.max_abs_diff:.3g} (relative {result.max_rel_diff:.3g}), "

@@ -134,7 +134,9 @@ class VerifyResult:
         flat reference logits (a random-weight checkpoint) tells little about a package."""
         ranking = ("top-1", "logit cosine")
         judged_by_ranking = bool(self.reasons) and all(r.startswith(ranking) for r in self.reasons)
-        if self.reference_flatness < FLAT_REFERENCE or not judged_by_ranking:
+        # a package of other weights is far off even there (cosine near 0, not 0.6-0.85)
+        near = self.min_cosine >= NEAR_COSINE
+        if self.reference_flatness < FLAT_REFERENCE or not judged_by_ranking or not near:
             return ()
         return (
             f"the reference's next-token distributions are nearly flat (entropy "
@@ -444,6 +446,11 @@ FLAT_REFERENCE = 0.9
 """Reference flatness (:func:`flatness`) from which top-1 and cosine failures get a note.
 A trained model's next-token distributions sit far below it; a random-weight checkpoint's
 (logits within a few units over the whole vocabulary) above 0.95."""
+
+
+NEAR_COSINE = 0.5
+"""Least cosine for that note: on the tiny random checkpoints INT4 / INT8 packages of the
+same weights score 0.6-0.85 per step, packages of another seed's weights about 0."""
 
 
 def flatness(logits: Sequence[np.ndarray]) -> float:

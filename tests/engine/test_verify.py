@@ -15,6 +15,7 @@ from engine.pipeline import export
 from engine.runtime.verify import (
     FLAT_REFERENCE,
     FLOAT_TOLERANCES,
+    NEAR_COSINE,
     QUANTIZED_TOLERANCE,
     flatness,
     tolerance_for,
@@ -35,6 +36,7 @@ def made(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
         "fp16": (model_dir, ExportOptions(ep="cpu", dtype="fp16")),
         "int8": (model_dir, ExportOptions(ep="cpu", weight_bits=8, block_size=16)),
         "other_seed": (other_seed, ExportOptions(ep="cpu", dtype="fp32")),
+        "other_seed_int8": (other_seed, ExportOptions(ep="cpu", weight_bits=8, block_size=16)),
         "preset": (None, ExportOptions(ep="cpu", random_weights=True)),
     }
     out = {"model": model_dir}
@@ -96,6 +98,9 @@ def test_a_ranking_failure_on_flat_reference_logits_says_what_it_cannot_tell(mad
     assert failed.to_json()["notes"] == [note]
     wrong = verify(made["other_seed"], made["model"], steps=4)
     assert any("relative logit difference" in r for r in wrong.reasons) and wrong.notes == ()
+    # a quantized package of other weights fails on ranking alone, and is far off: no note
+    wrong = verify(made["other_seed_int8"], made["model"], steps=4)
+    assert not wrong.passed and wrong.min_cosine < NEAR_COSINE and wrong.notes == ()
     assert replace(failed, reference_flatness=0.5).notes == ()
 
 
