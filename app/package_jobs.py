@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from app.wording import phrase
 from engine.caps import get_caps, list_eps
-from engine.errors import CancelledError
+from engine.errors import CancelledError, EngineError
 from engine.progress import CancelToken, Progress, sub_progress
 
 if TYPE_CHECKING:
@@ -141,7 +141,6 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
     Raises:
         EngineError: The first run failed (nothing to keep); CancelledError included.
     """
-    from engine.errors import EngineError
     from engine.runtime.bench import BenchConfig, run_bench
     from engine.runtime.generation import compare
     from engine.runtime.media import MediaPrompt
@@ -218,7 +217,10 @@ def verify_job(
 
     progress(0.05, "loading the package in onnxruntime")
     loads = check_package_loads(package)
-    built_for = open_package(package).ep
+    try:
+        built_for = open_package(package).ep
+    except EngineError:  # it loads, yet is not a package of ours: no EP of its own to name
+        built_for = "cpu"
     cancel.raise_if_cancelled()
     if model_dir is None:
         progress(1.0, "done")

@@ -159,14 +159,16 @@ class LatestRunsChart(QWidget):
         )
         # One line under the bars (their labels carry the values): a line per run pushed a
         # 1024x700 window past its height; the tooltip keeps the long form.
+        shown = [(name, r) for name, r in (("off", off), ("on", on)) if r is not None]
+        counts = {r.repeats for _, r in shown}
+        same = len(counts) == 1  # the latest off and on runs may differ in repeats
         spreads = [
             f"{name} {r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f}"
-            f" ({r.decode_spread:.0%})"
-            for name, r in (("off", off), ("on", on))
-            if r is not None
+            f" ({r.decode_spread:.0%}{'' if same else f', {r.repeats} runs'})"
+            for name, r in shown
         ]
-        repeats = max((r.repeats for r in (off, on) if r is not None), default=0)
-        note = f"decode spread over {repeats} runs: {', '.join(spreads)}" if spreads else ""
+        over = f" over {counts.pop()} runs" if same else ""
+        note = f"decode spread{over}: {', '.join(spreads)}" if spreads else ""
         self.legend.set_items(
             [LegendItem("capture off", CAPTURE_OFF), LegendItem("capture on", CAPTURE_ON)]
             if lines

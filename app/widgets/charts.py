@@ -24,6 +24,7 @@ from app.theme import (
     OVER,
     chart_background,
     chart_foreground,
+    contrast_ratio,
     series_color,
     split_ghost,
 )
@@ -50,28 +51,24 @@ NOISE = ("model.", ".MatMul", ".weight")
 """Name parts that every tensor of a package shares (Hugging Face and builder naming)."""
 
 
-def round_ticks(
-    top: float, room: int, metrics: QFontMetrics, horizontal: bool = True
-) -> list[float]:
-    """0, step, 2 * step, ... up to ``top``, the step the least round one (1, 2 or 5 times
-    a power of ten) whose labels fit ``room`` pixels with a gap of two digits between
-    neighbours (one label's height on a vertical axis)."""
-    if top <= 0:
+def round_ticks(top: float, room: int, metrics: QFontMetrics) -> list[float]:
+    """0, step, 2 * step, ... up to ``top`` on a horizontal axis ``room`` pixels wide: the
+    least step of 1, 2 or 5 times a power of ten whose labels stand two digits apart.
+    Where even one step of the scale does not fit, 0 and the largest round value under
+    ``top`` (an axis with one label says nothing of its scale)."""
+    if not math.isfinite(top) or top <= 0:
         return [0.0]
-    exponent = math.floor(math.log10(top)) - 2
-    while True:
-        for factor in (1, 2, 5):
-            step = factor * 10.0**exponent
-            values = [i * step for i in range(int(top / step + 1e-9) + 1)]
-            labels = [f"{v:g}" for v in values]
-            if horizontal:
-                need = max(metrics.horizontalAdvance(t) for t in labels)
-                need += 2 * metrics.horizontalAdvance("0")
-            else:
-                need = 2 * metrics.height()
-            if len(values) <= 1 or room * step / top >= need:
-                return values
-        exponent += 1
+    gap = 2 * metrics.horizontalAdvance("0")
+    exponent = math.floor(math.log10(top))
+    steps = [f * 10.0**e for e in range(exponent - 2, exponent + 1) for f in (1, 2, 5)]
+    for step in steps:
+        if step > top:
+            break
+        widest = max(metrics.horizontalAdvance(f"{v * step:g}") for v in (1, int(top / step)))
+        if room * step / top >= widest + gap:
+            return [i * step for i in range(int(top / step + 1e-9) + 1)]
+    largest = max(step for step in steps if step <= top)
+    return [0.0, largest * int(top / largest + 1e-9)]
 
 
 def short_name(name: str, width: int = 30) -> str:
@@ -159,8 +156,22 @@ class ChartBox(QWidget):
         self.setToolTip(summary)
         self.setAccessibleDescription(summary)
 
-    def text(self, value: str, x: float, y: float, anchor: tuple[float, float]) -> None:
-        item = pg.TextItem(value, color=self.foreground, anchor=anchor)
+    def text(
+        self,
+        value: str,
+        x: float,
+        y: float,
+        anchor: tuple[float, float],
+        on: QColor | None = None,
+    ) -> None:
+        """``value`` at (x, y); ``on``: the colour under it, for text that sits on a bar
+        (the chart's foreground or background, whichever reads better there)."""
+        color = self.foreground
+        if on is not None:
+            background = chart_background(self.palette())
+            if contrast_ratio(background, on) > contrast_ratio(color, on):
+                color = background
+        item = pg.TextItem(value, color=color, anchor=anchor)
         item.setPos(x, y)
         self.plot.addItem(item)
 
@@ -197,19 +208,17 @@ class ChartBox(QWidget):
         item.setTicks([list(enumerate(shown))])
 
     def value_axis(self, axis: str, top: float) -> None:
-        """Ticks 0..``top`` on a value axis at a round step (1, 2 or 5 times a power of ten)
-        wide enough that no two labels touch at the plot's present size: pyqtgraph's own
+        """Ticks 0..``top`` on a horizontal value axis at a round step (:func:`round_ticks`)
+        wide enough that no two labels touch at the plot's present width: pyqtgraph's own
         spacing ran "500", "1000" and "1500" together in a narrow column."""
         item = self.plot.getAxis(axis)
         metrics = QFontMetrics(item.style.get("tickFont") or self.font())
-        horizontal = axis in ("bottom", "top")
-        room = (
-            self.plot.width() - self.plot.getAxis("left").width()
-            if horizontal
-            else (self.plot.height() - self.plot.getAxis("bottom").height())
-        )
-        ticks = round_ticks(top, max(room, 1), metrics, horizontal)
+        room = self.plot.width() - self.plot.getAxis("left").width()
+        ticks = round_ticks(top, max(room, 1), metrics)
         item.setTicks([[(v, f"{v:g}") for v in ticks]])
+        # "0" centred on the axis' left end reaches past it by half its width, which
+        # pyqtgraph would hide (leaving a scale of one number); the corner has room
+        item.setStyle(hideOverlappingLabels=metrics.horizontalAdvance("0"))
 
     def minimumSizeHint(self) -> QSize:
         """Room for the title, the plot's least height and the legend's rows at this
@@ -361,7 +370,8 @@ class LargestTensorsChart(ChartBox):
         self.plot.addItem(solid)
         for i, b in enumerate(ordered):
             if b in clipped:
-                self.text(f"{format_bytes(b.unsplit)} unsplit ▸", top / scale, i, (1, 0.5))
+                label = f"{format_bytes(b.unsplit)} unsplit ▸"
+                self.text(label, top / scale, i, (1, 0.5), on=QColor(split_ghost(self.palette())))
         legend = [LegendItem("fits", FITS)]
         notes = []
         if OVER in colors:

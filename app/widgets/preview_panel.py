@@ -115,6 +115,11 @@ class PreviewPanel(QWidget):
         layout.addWidget(self.precision_box, 0)
         layout.addWidget(split_box, 0)
         layout.addWidget(capture_box, 0)
+        # Without a plan the charts and tables hide: this keeps the title and the sentence
+        # under it at the top instead of spread over the panel's height.
+        self._filler = QWidget()
+        self._filler.hide()
+        layout.addWidget(self._filler, 1)
 
     @property
     def sizes(self) -> SessionSizeChart:
@@ -148,6 +153,7 @@ class PreviewPanel(QWidget):
         # Without a plan, empty charts and tables would only show meaningless axes.
         for part in (self.charts, self.split_box, self.capture_box):
             part.setVisible(data is not None)
+        self._filler.setVisible(data is None)
         if data is None:
             self.title.setText("No preview: the current options cannot be planned")
             self.facts.setText(

@@ -45,6 +45,24 @@ font) has; U+24D8 "ⓘ" it has not, and Qt drew a box (tests/app/test_glyphs.py)
 CONSTRAINED = ("graph_capture", "weight_bits", "embedding_bits", "block_size", "attention")
 
 
+MIN_CUSTOM_LIMIT = 1024**2
+"""Least custom buffer limit the form takes."""
+
+
+def _size_problem(text: str, least: int = 0) -> str:
+    """Why ``text`` is not a size of at least ``least`` bytes ("" when it is, or empty)."""
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        value = parse_bytes(text)
+    except ValueError as exc:
+        return str(exc)
+    if value < least:
+        return f"it must be at least {format_bytes(least)}"
+    return ""
+
+
 class TargetPanel(QGroupBox):
     """Edits ``state.options``, ``state.output`` and ``state.overwrite``; a bad custom limit
     is refused inline."""
@@ -92,8 +110,6 @@ class TargetPanel(QGroupBox):
         self.output = described(QLineEdit(), "output")
         self.browse = described(QPushButton("Browse…"), "output", " (choose the parent folder)")
         self.overwrite = checkbox("overwrite")
-        self._unread: dict[str, str] = {}
-        """Why a size field's text was not applied, by option key (its last bad text)."""
         self.note = MessageLabel()
         self.note.setObjectName("adjustmentNote")
         self.note.setAccessibleName("What was adjusted")
@@ -181,6 +197,8 @@ class TargetPanel(QGroupBox):
         self.keep_float.editingFinished.connect(self._apply)
         self.keep_int8.editingFinished.connect(self._apply)
         self.size_budget.editingFinished.connect(self._apply)
+        for box in (self.limit, self.size_budget):
+            box.textEdited.connect(self._recheck_fields)
         self.max_length.valueChanged.connect(self._apply)
         self.seed.valueChanged.connect(self._apply)
         self.output.textEdited.connect(lambda text: state.set_output(text.strip()))
@@ -268,6 +286,7 @@ class TargetPanel(QGroupBox):
         self._show_constraints(self._state.constraints)
         self._show_note()
         self._syncing = False
+        self._state.set_form_problem("")  # the fields show the options again
 
     def _show_constraints(self, constraints: Constraints) -> None:
         """Disable the choices that cannot work, with the reason as their tooltip."""
@@ -345,18 +364,11 @@ class TargetPanel(QGroupBox):
         limit = self._custom_limit()
         budget = self._size_budget()
         applies = self._budget_applies()
-        unread = [
-            f"{CONTROLS[key].name} “{box.text().strip()}” is not applied: {self._unread[key]}"
-            for key, box, bad in (
-                ("max_buffer_size", self.limit, limit is False),
-                ("size_budget", self.size_budget, budget is False and applies),
-            )
-            if bad
-        ]
         # Export waits for a value it can read: the options (and the preview) keep the last
         # good one, which is not what the field shows.
-        self._state.set_form_problem("; ".join(unread))
-        if unread:
+        problem = self._unread_fields()
+        self._state.set_form_problem(problem)
+        if problem:
             return
         ep = self.ep.currentData()
         ep_changed = ep != self._state.options.ep
@@ -445,6 +457,26 @@ class TargetPanel(QGroupBox):
             return "it picks INT8 for some 4-bit weights; choose 4 weight or embedding bits"
         return None
 
+    def _unread_fields(self) -> str:
+        """Why a size field's text (a custom buffer limit, a size budget that applies) is
+        not applied, in a clause for the Export blocker; empty when both read."""
+        custom = self.limit_mode.currentData() == "custom"
+        problems = []
+        for key, box, least, applies in (
+            ("max_buffer_size", self.limit, MIN_CUSTOM_LIMIT, custom),
+            ("size_budget", self.size_budget, 0, self._budget_applies()),
+        ):
+            why = _size_problem(box.text(), least) if applies else ""
+            if why:
+                problems.append(f"the {CONTROLS[key].name.lower()} is not applied: {why}")
+        return "; ".join(problems)
+
+    def _recheck_fields(self, *_: Any) -> None:
+        """As the user types: a field corrected clears the blocker before Enter or Tab
+        (a disabled Export takes no click, so its focus change would never come)."""
+        if not self._syncing and self._state.form_problem:
+            self._state.set_form_problem(self._unread_fields())
+
     def _budget_applies(self) -> bool:
         """The budget box's value applies to the choices now in the widgets."""
         random = self.random_weights.isChecked() and not self._state.source.is_preset
@@ -465,15 +497,13 @@ class TargetPanel(QGroupBox):
         if not text:
             self.size_budget.setStyleSheet("")
             return None
-        try:
-            value = parse_bytes(text)
-        except ValueError as exc:
+        why = _size_problem(text)
+        if why:
             self.size_budget.setStyleSheet(INVALID_STYLE)
-            self.size_budget.setToolTip(f"Not applied: {exc}")
-            self._unread["size_budget"] = str(exc)
+            self.size_budget.setToolTip(f"Not applied: {why}")
             return False
         self.size_budget.setStyleSheet("")
-        return value
+        return parse_bytes(text)
 
     def _custom_limit(self) -> int | bool | None:
         """The custom limit in bytes, None for the EP default, False when the text is bad."""
@@ -487,15 +517,12 @@ class TargetPanel(QGroupBox):
             caps = get_caps(self.ep.currentData())
             text = format_bytes(caps.max_buffer_size or 1024**3).replace(" ", "")
             self.limit.setText(text)
-        try:
-            value = parse_bytes(text)
-            if value < 1024**2:
-                raise ValueError("the buffer limit must be at least 1 MiB")
-        except ValueError as exc:
+        why = _size_problem(text, least=MIN_CUSTOM_LIMIT)
+        if why:
             self.limit.setStyleSheet(INVALID_STYLE)
-            self.limit.setToolTip(f"Not applied: {exc}")
-            self._unread["max_buffer_size"] = str(exc)
+            self.limit.setToolTip(f"Not applied: {why}")
             return False
+        value = parse_bytes(text)
         self.limit.setStyleSheet("")
         self.limit.setToolTip(f"{CONTROLS['max_buffer_size'].help}\n\nNow: {value:,} bytes")
         return value

@@ -229,7 +229,8 @@ class MainWindow(QMainWindow):
 
     def _forget_planned_status(self, preview: object) -> None:
         """The status "Preview planned in ..." was about the last plan, not a failed one."""
-        if preview is None:
+        planned = self.statusBar().currentMessage().startswith("Preview planned")
+        if preview is None and planned:
             self.statusBar().clearMessage()
 
     def _fit_left_column(self) -> None:

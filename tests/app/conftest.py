@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from engine.models import load_spec
 from engine.options import ExportOptions
 from engine.pipeline import ExportResult, export
 from engine.plan import plan
+from engine.runtime.bench_record import BenchResult
 from engine.sensitivity import Tradeoff
 from tests._support.tiny_llama import make_checkpoint
 
@@ -35,6 +37,32 @@ Measured = Callable[[ExportOptions], Tradeoff]
 
 def make_settings(folder: Path) -> AppSettings:
     return AppSettings(QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat))
+
+
+def bench_result(**changes: object) -> BenchResult:
+    """A recorded WebGPU genai run (capture off, 3 repeats), with ``changes``."""
+    result = BenchResult(
+        package="gemma4-e2b-webgpu-fp16-w4-emb4",
+        runtime="genai",
+        ep="webgpu",
+        provider="WebGpuExecutionProvider",
+        graph_capture=False,
+        kv_mode="share",
+        prompt_length=64,
+        new_tokens=64,
+        repeats=3,
+        warmup=1,
+        load_seconds=12.34,
+        time_to_first_token_seconds=0.4567,
+        prefill_tokens_per_second=12_345.6,
+        decode_tokens_per_second=123.4,
+        decode_tokens_per_second_min=120.1,
+        decode_tokens_per_second_max=125.9,
+        decode_tokens_per_second_runs=(120.1, 123.4, 125.9),
+        peak_rss_bytes=3_456_789_012,
+        peak_rss_scope="benchmark",
+    )
+    return replace(result, **changes)  # type: ignore[arg-type]
 
 
 def export_split_webgpu_tiny(out: Path) -> ExportResult:

@@ -318,3 +318,30 @@ def test_media_the_package_cannot_take_fail_before_any_run(mm_packages):
     )
     with pytest.raises(EngineError, match="cannot take audio input"):
         bench_job(request, lambda f, m: None, CancelToken())
+
+
+def test_the_latest_runs_legend_names_each_run_count_when_they_differ(qtbot):
+    """The latest capture-off and capture-on results can come from different runs: the
+    legend's one line gives one count only when both have it."""
+    from dataclasses import replace
+
+    from app.widgets.bench_charts import LatestRunsChart
+    from tests.app.conftest import bench_result
+
+    off = bench_result(
+        package="p",
+        repeats=10,
+        decode_tokens_per_second=50.0,
+        decode_tokens_per_second_min=39.0,
+        decode_tokens_per_second_max=57.3,
+        decode_tokens_per_second_runs=(39.0, 50.0, 57.3),
+    )
+    on = replace(off, graph_capture=True, repeats=3, decode_tokens_per_second=80.0)
+    chart = LatestRunsChart()
+    qtbot.addWidget(chart)
+    chart.set_runs(off, on, "p")
+    text = chart.legend.text()
+    assert "over 10 runs" not in text and "10 runs)" in text and "3 runs)" in text, text
+    assert "capture speed-up 1.60x" in text
+    chart.set_runs(off, replace(on, repeats=10), "p")
+    assert "decode spread over 10 runs: off 39.0-57.3" in chart.legend.text()

@@ -3,9 +3,11 @@ entries, never inside one."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QRectF
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
@@ -22,17 +24,21 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_split_webgpu_tiny(tmp_path_factory.mktemp("charts") / "tiny-webgpu").output
 
 
-def drawn_labels(chart: ChartBox) -> list[str]:
-    """The category labels pyqtgraph really draws on the left axis (it skips those that do
-    not fit the axis)."""
-    axis = chart.plot.getAxis("left")
+def drawn_texts(chart: ChartBox, axis: str = "left") -> list[tuple[QRectF, str]]:
+    """The tick labels pyqtgraph really draws on an axis, with their rectangles (it skips
+    those that do not fit the axis)."""
     image = QImage(10, 10, QImage.Format.Format_ARGB32)
     painter = QPainter(image)
     try:
-        _, _, texts = axis.generateDrawSpecs(painter)
+        _, _, texts = chart.plot.getAxis(axis).generateDrawSpecs(painter)
     finally:
         painter.end()
-    return [text for _, _, text in texts]
+    return [(rect, text) for rect, _, text in texts]
+
+
+def drawn_labels(chart: ChartBox) -> list[str]:
+    """The category labels drawn on the left axis."""
+    return [text for _, text in drawn_texts(chart)]
 
 
 def assert_every_bar_labelled(chart: ChartBox, bars: int) -> None:
@@ -71,6 +77,26 @@ def test_every_bar_has_its_label_in_the_preview(qtbot, tmp_path: Path, size: tup
     assert all(
         label.split(" ")[-1] in ("GiB", "MiB", "KiB") for label in window.preview.sizes.tick_labels
     )
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@pytest.mark.parametrize("preset", ["gemma4-tiny", "gemma4-e2b"])
+def test_value_axis_labels_never_touch(qtbot, tmp_path: Path, size: tuple[int, int], preset: str):
+    """The size axes tick at a round step their width has room for: in a narrow column
+    pyqtgraph's own spacing drew "500", "1000" and "1500" as "500 10001500"."""
+    window = _window(qtbot, tmp_path, size)
+    window.model_panel.presets.setCurrentText(preset)
+    wait_for_preview(qtbot, window, lambda p: p.title.startswith(preset))
+    window.tabs.setCurrentWidget(window.preview)
+    QApplication.processEvents()
+    for chart in (window.preview.sizes, window.preview.tensors):
+        texts = drawn_texts(chart, "bottom")
+        rects = sorted((rect for rect, _ in texts), key=lambda r: r.left())
+        labels = [text for _, text in texts]
+        assert len(rects) >= 2, f"{chart.title.text()}: {labels}"  # a scale, not one number
+        gap = chart.fontMetrics().horizontalAdvance("0")
+        for a, b in itertools.pairwise(rects):
+            assert a.right() + gap <= b.left(), f"{chart.title.text()}: {labels} touch"
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])

@@ -8,11 +8,12 @@ import itertools
 from functools import cache
 from typing import get_args
 
+import pyqtgraph as pg
 import pytest
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QCheckBox, QRadioButton, QStyle, QStyleOptionButton
 
-from app.preview_data import ROLE_LABELS, SessionSize, preview_from_plan
+from app.preview_data import ROLE_LABELS, SessionSize, TensorBar, preview_from_plan
 from app.theme import (
     _STATUS,
     DTYPE_COLORS,
@@ -25,7 +26,7 @@ from app.theme import (
     series_color,
     split_ghost,
 )
-from app.widgets.charts import SessionSizeChart
+from app.widgets.charts import LargestTensorsChart, SessionSizeChart
 from engine.logical import Role
 from engine.options import ExportOptions
 from engine.plan import plan
@@ -111,6 +112,23 @@ def test_the_before_splitting_ghost_shows_on_the_background_and_beside_its_bar(q
     ghost = QColor(split_ghost(palette))
     assert contrast_ratio(ghost, QColor(FITS)) >= 2  # where the piece ends
     assert contrast_ratio(ghost, chart_background(palette)) >= (3 if theme == "dark" else 1.4)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_unsplit_size_reads_on_the_ghost_bar_it_sits_on(qtbot, theme: str):
+    """A split tensor far larger than the scale: its unsplit size is written at the plot's
+    right end, on its ghost bar, in whichever of the chart's colours reads there."""
+    chart = LargestTensorsChart()
+    qtbot.addWidget(chart)
+    if theme == "dark":
+        chart.setPalette(dark_palette())
+    gib = 1024**3
+    bars = [TensorBar("embed_tokens_per_layer", "per_layer", 4 * gib, gib // 4, 35, False)]
+    chart.set_tensors(bars, 256 * 1024**2, None)
+    (label,) = [i for i in chart.plot.items() if isinstance(i, pg.TextItem)]
+    assert "unsplit" in label.toPlainText()
+    ghost = QColor(split_ghost(chart.palette()))
+    assert contrast_ratio(label.color, ghost) >= 4.5, (label.color.name(), ghost.name())
 
 
 def test_dtype_colours_are_fixed_and_distinct():

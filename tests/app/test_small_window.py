@@ -19,8 +19,7 @@ from app.widgets.preview_panel import WARNINGS_SHOWN
 from app.widgets.tables import RowsTable
 from app.windows.main_window import MainWindow
 from engine.audit import Finding, SessionAudit
-from engine.runtime.bench_record import BenchResult
-from tests.app.conftest import make_settings, wait_for_preview
+from tests.app.conftest import bench_result, make_settings, wait_for_preview
 
 SMALL, LARGE = (1024, 700), (1600, 1000)
 INTERNAL_NAME = re.compile(r"\w+_node_\d+|'[^']*_node")
@@ -227,29 +226,8 @@ def _with_history(window: MainWindow, tmp_path) -> object:
     """The Benchmark tab with two recorded runs of a package with a long name."""
     history: BenchHistory = window.bencher.history
     for capture in (False, True):
-        history.add(
-            BenchResult(
-                package=str(tmp_path / "gemma4-e2b-webgpu-fp16-w4-emb4"),
-                runtime="genai",
-                ep="webgpu",
-                provider="WebGpuExecutionProvider",
-                graph_capture=capture,
-                kv_mode="share",
-                prompt_length=64,
-                new_tokens=64,
-                repeats=3,
-                warmup=1,
-                load_seconds=12.34,
-                time_to_first_token_seconds=0.4567,
-                prefill_tokens_per_second=12_345.6,
-                decode_tokens_per_second=123.4,
-                decode_tokens_per_second_min=120.1,
-                decode_tokens_per_second_max=125.9,
-                decode_tokens_per_second_runs=(120.1, 123.4, 125.9),
-                peak_rss_bytes=3_456_789_012,
-                peak_rss_scope="benchmark",
-            )
-        )
+        package = str(tmp_path / "gemma4-e2b-webgpu-fp16-w4-emb4")
+        history.add(bench_result(package=package, graph_capture=capture))
     window.tabs.setCurrentWidget(window.bench_panel)
     window.bench_panel.refresh()
     QApplication.processEvents()

@@ -133,6 +133,7 @@ def test_a_folder_that_is_not_a_model_is_reported_and_cannot_be_exported(
     preview = window.preview
     assert not preview.charts.isVisible() and not preview.split_box.isVisible()
     assert "preview comes back by itself" in preview.facts.text()
+    assert preview.facts.geometry().bottom() < preview.height() // 3  # at the top, together
     assert not window.statusBar().currentMessage().startswith("Preview planned")
     screens(window, "03-error-banner")
     window.model_panel.kind_buttons.button(0).click()  # back to a preset
@@ -209,15 +210,24 @@ def test_a_bad_custom_buffer_limit_is_refused_inline(qtbot, window: MainWindow):
     assert window.state.options.max_buffer_size == 1024**3
     # Export waits for a limit it can read, and says why beside both Export buttons: the
     # options still hold 1 GiB, which is not what the field shows
-    blocker = "Buffer limit “lots” is not applied: cannot read 'lots' as a size"
+    blocker = "the buffer limit is not applied: cannot read 'lots' as a size"
     assert not window.export_shortcut.isEnabled()
     assert blocker in window.export_reason.text()
     assert not window.export_panel.export_button.isEnabled()
     assert blocker in window.export_panel.blocker.text()
-    panel.limit.setText("64MiB")
+    # typing a good value clears it at once: a disabled Export takes no click, so the
+    # focus change that applies the field would never come
+    panel.limit.clear()
+    qtbot.keyClicks(panel.limit, "64MiB")
+    assert window.state.form_problem == "" and window.export_shortcut.isEnabled()
     panel.limit.editingFinished.emit()
     assert window.state.options.max_buffer_size == 64 * 1024**2
-    assert window.state.form_problem == "" and window.export_shortcut.isEnabled()
+    # a new model rewrites the field from the options: the blocker goes with the bad text
+    panel.limit.setText("lots")
+    panel.limit.editingFinished.emit()
+    assert window.state.form_problem
+    window.model_panel.presets.setCurrentText("gemma4-e2b")
+    assert panel.limit.text() == "64.0MiB" and window.state.form_problem == ""
 
 
 def test_a_limit_the_user_chose_can_be_forced_and_weights_kept_in_float(qtbot, window: MainWindow):
