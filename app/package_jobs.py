@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from engine.inspect import PackageInfo
     from engine.runtime.bench import BenchResult
     from engine.runtime.generation import Agreement
+    from engine.runtime.package import Package
     from engine.runtime.verify import VerifyResult
 
 CaptureMode = Literal["off", "on", "both"]
@@ -217,10 +218,12 @@ def verify_job(
 
     progress(0.05, "loading the package in onnxruntime")
     loads = check_package_loads(package)
+    opened: Package | None
     try:
-        built_for = open_package(package).ep
+        opened = open_package(package)  # once, for the EP it names and for verify
     except EngineError:  # it loads, yet is not a package of ours: no EP of its own to name
-        built_for = "cpu"
+        opened = None
+    built_for = opened.ep if opened is not None else "cpu"
     cancel.raise_if_cancelled()
     if model_dir is None:
         progress(1.0, "done")
@@ -229,7 +232,9 @@ def verify_job(
     from engine.runtime.verify import verify
 
     progress(0.1, "comparing with transformers")
-    result = verify(package, model_dir, progress=sub_progress(progress, 0.1, 1.0), cancel=cancel)
+    result = verify(
+        opened or package, model_dir, progress=sub_progress(progress, 0.1, 1.0), cancel=cancel
+    )
     return VerifyReport(loads, result, built_for=built_for)
 
 

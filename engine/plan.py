@@ -446,7 +446,8 @@ def _limit_warnings(weights: tuple[WeightPlan, ...], limits: _Limits) -> list[st
             continue
         if "max_buffer_size" in wp.exceeds and not wp.is_split:
             warnings.append(
-                f"{wp.name} ({format_bytes(wp.unsplit_nbytes)}) exceeds the buffer limit: {wp.note}"
+                f"{wp.name} ({format_bytes(wp.unsplit_nbytes)}) exceeds the buffer limit "
+                f"({format_bytes(limits.buffer or 0)}): {wp.note}"
             )
         if wp.pieces_exceed:
             largest = format_bytes(max(p.largest_buffer for p in wp.pieces))

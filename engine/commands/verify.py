@@ -68,7 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.runtime.media import MediaPrompt
-    from engine.runtime.package import open_package
     from engine.runtime.verify import verify
     from engine.runtime.verify_media import verify_media
 
@@ -100,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.passed else 1
     kind = "quantized" if result.quantized else (result.dtype or "float")
     print(f"package  {result.package} ({kind}, ran on {result.provider})")
-    built_for = open_package(result.package).ep
+    built_for = result.package_ep
     if result.ep != built_for and built_for != "cpu":
         print(f"         built for {built_for}: add --ep {built_for} to check it there too")
     print(f"model    {result.model}")

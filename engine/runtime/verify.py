@@ -24,7 +24,14 @@ from engine.progress import CancelToken, Progress, no_progress, sub_progress
 from engine.runtime.bench import bench_prompt
 from engine.runtime.limits import check_lengths, check_seed
 from engine.runtime.package import Package, open_package
-from engine.runtime.quality import DEFAULT_TOKENS, TextQuality, read_text, text_ids, text_quality
+from engine.runtime.quality import (
+    DEFAULT_TOKENS,
+    TextQuality,
+    log_softmax,
+    read_text,
+    text_ids,
+    text_quality,
+)
 from engine.runtime.session import one_line, require_provider
 from engine.spec import ModelSpec
 
@@ -124,6 +131,8 @@ class VerifyResult:
     quality: TextQuality | None = None
     """The package against transformers on text (:mod:`engine.runtime.quality`); None
     when not measured."""
+    package_ep: str = "cpu"
+    """The EP the package was built for (``ep`` is the one it ran on)."""
     reference_flatness: float = 0.0
     """Mean entropy of the reference's next-token distributions over the steps, as a
     share of a uniform one's (:func:`flatness`)."""
@@ -343,6 +352,7 @@ def verdict(
         passed=not reasons,
         reasons=tuple(reasons),
         seconds=time.perf_counter() - started,
+        package_ep=pkg.ep,
         reference_flatness=flatness(ref_logits),
     )
 
@@ -456,14 +466,12 @@ same weights score 0.6-0.85 per step, packages of another seed's weights about 0
 def flatness(logits: Sequence[np.ndarray]) -> float:
     """Mean entropy of ``softmax(row)`` over the rows, divided by ``log(vocab)``: 1 for
     uniform distributions, near 0 for confident ones."""
-    shares = []
-    for row in logits:
-        z = np.asarray(row, np.float64) - float(np.max(row))
-        p = np.exp(z)
-        p /= p.sum()
-        entropy = -float(np.sum(p * np.log(np.where(p > 0, p, 1.0))))
-        shares.append(entropy / np.log(len(p)) if len(p) > 1 else 0.0)
-    return float(np.mean(shares)) if shares else 0.0
+    if not logits or len(logits[0]) < 2:
+        return 0.0
+    log_p = log_softmax(np.stack(logits))  # [steps, vocab]
+    terms = np.exp(log_p) * np.where(np.isfinite(log_p), log_p, 0.0)  # p = 0 adds nothing
+    entropy = -np.sum(terms, axis=-1)
+    return float(np.mean(entropy) / np.log(log_p.shape[-1]))
 
 
 def check_step(step: int, ref_token: int, ref: np.ndarray, ours: np.ndarray) -> StepCheck:
