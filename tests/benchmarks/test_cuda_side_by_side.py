@@ -4,28 +4,19 @@ cannot rot between device runs: every stage runs and lands in the summary."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests._support.device_script import run_device_script
 
 
 def test_tiny_cuda_side_by_side_runs_every_stage(tmp_path: Path):
     pytest.importorskip("onnxruntime_genai")
     pytest.importorskip("transformers")
-    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, str(REPO / "benchmarks" / "device" / "cuda_side_by_side.py")]
-    cmd += ["--tiny", "--work", str(tmp_path / "work"), "--prompt-len", "16"]
-    cmd += ["--long-prompt", "64", "--new-tokens", "6", "--repeats", "1", "--warmup", "0"]
-    cmd += ["--short-length", "192", "--parity-steps", "8", "--budget-s", "500"]
-    cmd += ["--peer-wheels", str(tmp_path / "no-wheels")]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=700)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "cuda_side_by_side.json").read_text())
+    args = ["--prompt-len", "16", "--long-prompt", "64", "--new-tokens", "6", "--repeats", "1"]
+    args += ["--warmup", "0", "--short-length", "192", "--parity-steps", "8", "--budget-s", "500"]
+    report = run_device_script("cuda_side_by_side", args, tmp_path, timeout=700)
     summary = report["summary"]
     runtime = json.loads(report["stages"]["environment"]["runtime"]["stdout"])
     assert "CPUExecutionProvider" in runtime["providers"]

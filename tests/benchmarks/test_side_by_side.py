@@ -3,9 +3,6 @@ between device runs; and its profile summary on synthetic onnxruntime events."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks" / "device"))
 
 import side_by_side_stages as stages  # noqa: E402
+
+from tests._support.device_script import run_device_script  # noqa: E402
 
 
 def gpu_event(node: str, op: str, dur: float) -> dict:
@@ -65,14 +64,9 @@ def test_profile_summary_counts_host_nodes_per_provider():
 def test_tiny_side_by_side_runs_every_stage(tmp_path: Path):
     pytest.importorskip("onnxruntime_genai")
     pytest.importorskip("transformers")
-    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, str(REPO / "benchmarks" / "device" / "webgpu_side_by_side.py")]
-    cmd += ["--tiny", "--work", str(tmp_path / "work"), "--prompt-len", "16"]
-    cmd += ["--new-tokens", "6", "--repeats", "1", "--warmup", "0", "--profile-steps", "3"]
-    cmd += ["--peer-wheels", str(tmp_path / "no-wheels"), "--budget-s", "400"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "webgpu_side_by_side.json").read_text())
+    args = ["--prompt-len", "16", "--new-tokens", "6", "--repeats", "1", "--warmup", "0"]
+    args += ["--profile-steps", "3", "--budget-s", "400"]
+    report = run_device_script("webgpu_side_by_side", args, tmp_path, timeout=600)
     summary = report["summary"]
     for name in ("ours_fp16", "ours_int4"):
         export = summary["exports"][name]
