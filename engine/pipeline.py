@@ -95,7 +95,9 @@ def load_model_spec(model_dir: str | os.PathLike[str] | None, preset: str | None
             f"give a model folder ({option('model')}) or a preset ({option('preset')})"
         )
     if model_dir is not None and preset is not None:
-        raise OptionsError("give a model folder or a preset name, not both")
+        raise OptionsError(
+            f"give a model folder ({option('model')}) or a preset ({option('preset')}), not both"
+        )
     return load_spec(model_dir) if model_dir is not None else load_preset(str(preset))
 
 

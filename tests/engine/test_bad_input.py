@@ -90,6 +90,26 @@ def test_existing_output_needs_overwrite(checkpoint: Path, tmp_path: Path):
     assert (out / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({}, "give a model folder (--model) or a preset (--preset)"),
+        (
+            {"preset": "gemma4-tiny"},
+            "give a model folder (--model) or a preset (--preset), not both",
+        ),
+    ],
+)
+def test_model_folder_or_preset_exactly_one(checkpoint: Path, tmp_path: Path, given, words):
+    if given:  # both
+        given = {**given, "model_dir": checkpoint}
+    with pytest.raises(OptionsError) as caught:
+        export(tmp_path / "out", options=ExportOptions(random_weights=True), **given)
+    assert str(caught.value) == words
+    assert caught.value.raw.count("{opt:") == 2  # each face words both options its own way
+    assert not (tmp_path / "out").exists()
+
+
 def test_preset_without_random_weights_is_refused(tmp_path: Path):
     with pytest.raises(OptionsError, match="--random-weights"):
         export(tmp_path / "out", preset="gemma4-tiny")
