@@ -81,6 +81,45 @@ def short_name(name: str, width: int = 30) -> str:
     return f"{name[:keep]}…{name[-(width - 1 - keep) :]}"
 
 
+HEAD_LETTERS = 3
+"""A shortened head keeps this many letters ("emb…: "): enough to tell E2B's sessions apart."""
+
+
+def fit_labels(
+    metrics: QFontMetrics, room: int, parts: Sequence[tuple[str, str, str]]
+) -> list[str]:
+    """Each ``(head, label, tail)`` as one label of at most ``room`` pixels. Where one is too
+    wide, every head's word ("embedding: ") is cut to the same length, down to
+    :data:`HEAD_LETTERS` letters and an ellipsis, so the tensors' names stay whole as long as
+    they can; then a label still too wide is elided in the middle. Tails stay whole."""
+
+    def width(text: str) -> int:
+        return metrics.horizontalAdvance(text)
+
+    whole = [head + label + tail for head, label, tail in parts]
+    if all(width(text) <= room for text in whole):
+        return whole
+    words = [(head.rstrip(": "), head[len(head.rstrip(": ")) :]) for head, _, _ in parts]
+
+    def cut(letters: int) -> list[str]:
+        return [f"{w[:letters]}…{sep}" if len(w) > letters else w + sep for w, sep in words]
+
+    for letters in range(max(len(w) for w, _ in words) - 1, HEAD_LETTERS - 1, -1):
+        texts = [
+            head + label + tail for head, (_, label, tail) in zip(cut(letters), parts, strict=True)
+        ]
+        if all(width(text) <= room for text in texts):
+            return texts
+    return [
+        head + label + tail
+        if width(head + label + tail) <= room
+        else head
+        + metrics.elidedText(label, Qt.TextElideMode.ElideMiddle, room - width(head + tail))
+        + tail
+        for head, (_, label, tail) in zip(cut(HEAD_LETTERS), parts, strict=True)
+    ]
+
+
 class ChartBox(QWidget):
     """A titled plot with its legend below; subclasses draw in :meth:`draw`."""
 
@@ -176,14 +215,21 @@ class ChartBox(QWidget):
         self.plot.addItem(item)
 
     def category_axis(
-        self, axis: str, labels: Sequence[str], tails: Sequence[str] | None = None
+        self,
+        axis: str,
+        labels: Sequence[str],
+        tails: Sequence[str] | None = None,
+        heads: Sequence[str] | None = None,
     ) -> None:
-        """One label per category (``labels[i] + tails[i]``). On the left axis each is
-        elided to the axis' width, in the middle of its label, never in its tail (a size):
-        pyqtgraph silently skips a tick label that does not fit its axis."""
+        """One label per category (``heads[i] + labels[i] + tails[i]``). On the left axis each
+        is fitted to the axis' width (:func:`fit_labels`): its head (a session name) shortens
+        first, then the label is elided in the middle, never the tail (a size or a piece
+        count): pyqtgraph silently skips a tick label that does not fit its axis."""
         item = self.plot.getAxis(axis)
         ends = list(tails) if tails is not None else [""] * len(labels)
-        self.categories = [label + end for label, end in zip(labels, ends, strict=True)]
+        starts = list(heads) if heads is not None else [""] * len(labels)
+        parts = list(zip(starts, labels, ends, strict=True))
+        self.categories = [head + label + end for head, label, end in parts]
         shown = list(self.categories)
         if axis == "left":
             font = self.font()
@@ -193,16 +239,7 @@ class ChartBox(QWidget):
             share = max(min(150, int(self.width() * 0.6)), int(self.width() * 0.45))
             width = min(widest + LABEL_PAD, share)
             item.setWidth(width)
-            room = width - LABEL_PAD
-            shown = [
-                full
-                if metrics.horizontalAdvance(full) <= room
-                else metrics.elidedText(
-                    label, Qt.TextElideMode.ElideMiddle, room - metrics.horizontalAdvance(end)
-                )
-                + end
-                for full, label, end in zip(self.categories, labels, ends, strict=True)
-            ]
+            shown = fit_labels(metrics, width - LABEL_PAD, parts)
         self.tick_labels = shown
         """The labels as drawn (elided where the full one does not fit)."""
         item.setTicks([list(enumerate(shown))])
@@ -397,13 +434,12 @@ class LargestTensorsChart(ChartBox):
                     f"{share * 100:.2g}% of it)"
                 )
         several = len({b.session for b in bars}) > 1
-        labels = [
-            (f"{b.session}: " if several else "")
-            + short_name(b.name, width=200)  # then elided to the axis' pixels
-            + (f" ×{b.pieces}" if b.pieces > 1 else "")
-            for b in ordered
-        ]
-        self.category_axis("left", labels)
+        self.category_axis(
+            "left",
+            [short_name(b.name, width=200) for b in ordered],  # then fitted to the axis' pixels
+            [f" ×{b.pieces}" if b.pieces > 1 else "" for b in ordered],
+            [f"{b.session}: " if several else "" for b in ordered],
+        )
         self.plot.setLabel("bottom", unit)
         self.plot.setXRange(0, top / scale, padding=0)
         self.value_axis("bottom", top / scale)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QRectF
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtGui import QFont, QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
-from app.widgets.charts import ChartBox
+from app.widgets.charts import ChartBox, fit_labels
 from app.windows.main_window import MainWindow
 from tests.app.conftest import export_split_webgpu_tiny, make_settings, wait_for_preview
 
@@ -51,6 +51,29 @@ def assert_every_bar_labelled(chart: ChartBox, bars: int) -> None:
         assert shown.strip("…").strip(), f"{full!r} drawn as {shown!r}"
         assert shown == full or "…" in shown
         assert shown[:3] == full[:3]  # elided in the middle: it still starts as it should
+
+
+def test_session_names_shorten_before_tensor_names(qapp):
+    """At 1024 px "embedding: embed_tokens_per_layer ×35" was drawn "embedding: …r_layer
+    ×35": the session kept its whole word and the tensor lost what names it."""
+    metrics = QFontMetrics(QFont())
+    parts = [
+        ("embedding: ", "embed_tokens_per_layer", " ×35"),
+        ("decoder: ", "rope.full.sin_cache", ""),
+    ]
+    whole = ["embedding: embed_tokens_per_layer ×35", "decoder: rope.full.sin_cache"]
+    assert fit_labels(metrics, max(map(metrics.horizontalAdvance, whole)), parts) == whole
+    cut = ["emb…: embed_tokens_per_layer ×35", "dec…: rope.full.sin_cache"]
+    room = max(map(metrics.horizontalAdvance, cut))
+    assert fit_labels(metrics, room, parts) == cut  # every head cut alike, names whole
+    narrow = fit_labels(metrics, room - 40, parts)
+    assert narrow[0].startswith("emb…: embed") and narrow[0].endswith("layer ×35")
+    assert "…" in narrow[0][len("emb…: ") :]  # the name is elided in its middle now
+    assert narrow[1] == "dec…: rope.full.sin_cache"  # still fits: left whole
+    assert all(metrics.horizontalAdvance(text) <= room - 40 for text in narrow)
+    # one session: no heads, the name elided in the middle as before
+    (alone,) = fit_labels(metrics, 100, [("", "embed_tokens_per_layer", " ×35")])
+    assert alone.startswith("em") and alone.endswith(" ×35") and "…" in alone
 
 
 def _window(qtbot, tmp_path: Path, size: tuple[int, int]) -> MainWindow:
