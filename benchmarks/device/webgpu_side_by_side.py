@@ -29,6 +29,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -314,9 +315,16 @@ def run_plan(
     print(json.dumps(report.data["summary"], indent=1))
 
 
+UNSTEADY = 0.15
+"""A genai row whose repeats spread wider than this share of their median is listed in the
+summary's ``unsteady``: the machine's rate moved during it, so its median says little."""
+
+
 def summarize(stages: dict[str, Any]) -> dict[str, Any]:
-    """The side-by-side table: exports, genai tok/s per capture and length, our runner."""
+    """The side-by-side table: exports, genai tok/s per capture and length, our runner, and
+    the genai rows whose repeats disagree (``unsteady``)."""
     out: dict[str, Any] = {"exports": {}, "genai_decode_tok_s": {}, "runner_decode_tok_s": {}}
+    out["unsteady"] = []
     for key, value in stages.items():
         if key.startswith("export_") and isinstance(value, dict) and "rc" in value:
             out["exports"][key[len("export_") :]] = {
@@ -333,7 +341,13 @@ def summarize(stages: dict[str, Any]) -> dict[str, Any]:
                 for row in entry.values():
                     if isinstance(row, dict):
                         cell = row.get("decode_tokens_per_second", row.get("error"))
-                        table[f"capture_{capture}@{row.get('max_length')}"] = cell
+                        label = f"capture_{capture}@{row.get('max_length')}"
+                        table[label] = cell
+                        runs = row.get("decode_tokens_per_second_all") or [0]
+                        low, high = min(runs), max(runs)
+                        if high - low > UNSTEADY * statistics.median(runs):
+                            name = key[len("genai_") :]
+                            out["unsteady"].append(f"genai {name} {label}: {low}-{high}")
                 if "error" in entry or "skipped" in entry:
                     table[f"capture_{capture}"] = entry.get("error") or entry.get("skipped")
             out["genai_decode_tok_s"][key[len("genai_") :]] = table or value.get("stderr_tail")

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks" / "device"))
 
 import side_by_side_stages as stages  # noqa: E402
+import webgpu_side_by_side  # noqa: E402
 
 from tests._support.device_script import run_device_script  # noqa: E402
 
@@ -59,6 +60,27 @@ def test_profile_summary_counts_host_nodes_per_provider():
         "CPUExecutionProvider": 1,
     }
     assert not stages.summarize_steps(events, gpu=True, top=5)["available"]
+
+
+def test_summary_lists_rows_whose_repeats_disagree():
+    """A device run's capture-off repeats once spread 83-130 tok/s while its capture-on
+    rows held within 2%: the summary names such rows instead of only printing a median."""
+
+    def row(max_length: int, runs: list[float]) -> dict:
+        return {
+            "max_length": max_length,
+            "decode_tokens_per_second": sorted(runs)[1],
+            "decode_tokens_per_second_all": runs,
+        }
+
+    captures = {
+        "off": {"default": row(4096, [129.68, 94.76, 83.41]), "1032": row(1032, [98, 100, 101])},
+        "on": {"default": row(4096, [221.78, 219.41, 220.09])},
+    }
+    stages_ = {"genai_ours_bf16": {"rc": 0, "result": {"captures": captures}}}
+    summary = webgpu_side_by_side.summarize(stages_)
+    assert summary["genai_decode_tok_s"]["ours_bf16"]["capture_on@4096"] == 220.09
+    assert summary["unsteady"] == ["genai ours_bf16 capture_off@4096: 83.41-129.68"]
 
 
 def test_tiny_side_by_side_runs_every_stage(tmp_path: Path):
