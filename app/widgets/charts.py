@@ -82,7 +82,7 @@ def short_name(name: str, width: int = 30) -> str:
 
 
 HEAD_LETTERS = 3
-"""A shortened head keeps this many letters ("emb…: "): enough to tell E2B's sessions apart."""
+"""A shortened head keeps at least this many letters ("emb…: ")."""
 
 
 def fit_labels(
@@ -90,8 +90,10 @@ def fit_labels(
 ) -> list[str]:
     """Each ``(head, label, tail)`` as one label of at most ``room`` pixels. Where one is too
     wide, every head's word ("embedding: ") is cut to the same length, down to
-    :data:`HEAD_LETTERS` letters and an ellipsis, so the tensors' names stay whole as long as
-    they can; then a label still too wide is elided in the middle. Tails stay whole."""
+    :data:`HEAD_LETTERS` letters and an ellipsis (or more where fewer would make two heads
+    alike; a word is cut only where that makes it narrower), so the tensors' names stay
+    whole as long as they can; then a label still too wide is elided in the middle. Tails
+    stay whole."""
 
     def width(text: str) -> int:
         return metrics.horizontalAdvance(text)
@@ -102,21 +104,30 @@ def fit_labels(
     words = [(head.rstrip(": "), head[len(head.rstrip(": ")) :]) for head, _, _ in parts]
 
     def cut(letters: int) -> list[str]:
-        return [f"{w[:letters]}…{sep}" if len(w) > letters else w + sep for w, sep in words]
+        heads = []
+        for word, sep in words:
+            short = f"{word[:letters]}…{sep}"
+            heads.append(short if width(short) < width(word + sep) else word + sep)
+        return heads
 
-    for letters in range(max(len(w) for w, _ in words) - 1, HEAD_LETTERS - 1, -1):
-        texts = [
-            head + label + tail for head, (_, label, tail) in zip(cut(letters), parts, strict=True)
-        ]
+    def joined(heads: list[str]) -> list[str]:
+        return [head + label + tail for head, (_, label, tail) in zip(heads, parts, strict=True)]
+
+    longest = max(len(word) for word, _ in words)
+    floor = next(
+        (k for k in range(HEAD_LETTERS, longest) if len(set(cut(k))) == len(set(words))), longest
+    )
+    for letters in range(longest - 1, floor - 1, -1):
+        texts = joined(cut(letters))
         if all(width(text) <= room for text in texts):
             return texts
     return [
-        head + label + tail
-        if width(head + label + tail) <= room
+        text
+        if width(text) <= room
         else head
         + metrics.elidedText(label, Qt.TextElideMode.ElideMiddle, room - width(head + tail))
         + tail
-        for head, (_, label, tail) in zip(cut(HEAD_LETTERS), parts, strict=True)
+        for text, head, (_, label, tail) in zip(joined(cut(floor)), cut(floor), parts, strict=True)
     ]
 
 

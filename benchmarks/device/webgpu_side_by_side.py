@@ -316,8 +316,16 @@ def run_plan(
 
 
 UNSTEADY = 0.15
-"""A genai row whose repeats spread wider than this share of their median is listed in the
+"""A genai or runner row whose repeats spread wider than this share of their median is listed in the
 summary's ``unsteady``: the machine's rate moved during it, so its median says little."""
+
+
+def unsteady(runs: list[float]) -> str:
+    """``"low-high"`` where the repeats spread more than :data:`UNSTEADY` of their median,
+    else ``""``."""
+    if len(runs) < 2 or max(runs) - min(runs) <= UNSTEADY * statistics.median(runs):
+        return ""
+    return f"{round(min(runs), 2)}-{round(max(runs), 2)}"
 
 
 def summarize(stages: dict[str, Any]) -> dict[str, Any]:
@@ -343,11 +351,10 @@ def summarize(stages: dict[str, Any]) -> dict[str, Any]:
                         cell = row.get("decode_tokens_per_second", row.get("error"))
                         label = f"capture_{capture}@{row.get('max_length')}"
                         table[label] = cell
-                        runs = row.get("decode_tokens_per_second_all") or [0]
-                        low, high = min(runs), max(runs)
-                        if high - low > UNSTEADY * statistics.median(runs):
+                        runs = row.get("decode_tokens_per_second_all") or []
+                        if unsteady(runs):
                             name = key[len("genai_") :]
-                            out["unsteady"].append(f"genai {name} {label}: {low}-{high}")
+                            out["unsteady"].append(f"genai {name} {label}: {unsteady(runs)}")
                 if "error" in entry or "skipped" in entry:
                     table[f"capture_{capture}"] = entry.get("error") or entry.get("skipped")
             out["genai_decode_tok_s"][key[len("genai_") :]] = table or value.get("stderr_tail")
@@ -361,6 +368,11 @@ def summarize(stages: dict[str, Any]) -> dict[str, Any]:
             if not rows and isinstance(result, dict):
                 rows = {"off": result.get("decode_tokens_per_second")}
             out["runner_decode_tok_s"][key[len("runner_") :]] = rows
+            for mode in ("off", "on"):
+                runs = (result.get(mode) or {}).get("decode_tokens_per_second_runs") or []
+                if unsteady(runs):
+                    name = key[len("runner_") :]
+                    out["unsteady"].append(f"runner {name} {mode}: {unsteady(runs)}")
         if key.startswith("profile_"):
             result = ((value or {}).get("result") or {}).get("lengths") or {}
             for label, run in result.items():

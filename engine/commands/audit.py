@@ -37,14 +37,16 @@ def run(args: argparse.Namespace) -> int:
     audit could not be made, placement included when it was asked for."""
     from engine.audit import SessionAudit, audit_model, audit_package, decide_capture
     from engine.caps import get_caps
-    from engine.errors import OptionsError
+    from engine.errors import OptionsError, option
 
     audits: list[SessionAudit]
     never: dict[str, str] = {}  # session -> why it is never captured
     blocked: dict[str, list[str]] = {}  # session -> why an export would not capture it
     if args.package:
         if args.preset or args.model:
-            raise OptionsError("give a package folder, or --preset / --model, not both")
+            raise OptionsError(
+                f"give a package folder, or {option('preset')} / {option('model')}, not both"
+            )
         from engine.runtime.package import open_package
 
         # --ep defaults to cpu; a package is audited for the EP it was built for.

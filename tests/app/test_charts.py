@@ -55,25 +55,40 @@ def assert_every_bar_labelled(chart: ChartBox, bars: int) -> None:
 
 def test_session_names_shorten_before_tensor_names(qapp):
     """At 1024 px "embedding: embed_tokens_per_layer ×35" was drawn "embedding: …r_layer
-    ×35": the session kept its whole word and the tensor lost what names it."""
+    ×35": the session kept its whole word and the tensor lost what names it. Rooms here
+    are measured from the font, so any font size gives the same cases."""
     metrics = QFontMetrics(QFont())
+    width = metrics.horizontalAdvance
     parts = [
         ("embedding: ", "embed_tokens_per_layer", " ×35"),
-        ("decoder: ", "rope.full.sin_cache", ""),
+        ("vision_encoder: ", "patch_embedder.weight", ""),
     ]
-    whole = ["embedding: embed_tokens_per_layer ×35", "decoder: rope.full.sin_cache"]
-    assert fit_labels(metrics, max(map(metrics.horizontalAdvance, whole)), parts) == whole
-    cut = ["emb…: embed_tokens_per_layer ×35", "dec…: rope.full.sin_cache"]
-    room = max(map(metrics.horizontalAdvance, cut))
-    assert fit_labels(metrics, room, parts) == cut  # every head cut alike, names whole
-    narrow = fit_labels(metrics, room - 40, parts)
-    assert narrow[0].startswith("emb…: embed") and narrow[0].endswith("layer ×35")
-    assert "…" in narrow[0][len("emb…: ") :]  # the name is elided in its middle now
-    assert narrow[1] == "dec…: rope.full.sin_cache"  # still fits: left whole
-    assert all(metrics.horizontalAdvance(text) <= room - 40 for text in narrow)
+    whole = ["embedding: embed_tokens_per_layer ×35", "vision_encoder: patch_embedder.weight"]
+    assert fit_labels(metrics, max(map(width, whole)), parts) == whole
+    # the heads shorten a letter at a time, alike, while the names stay whole
+    five = ["embed…: embed_tokens_per_layer ×35", "visio…: patch_embedder.weight"]
+    assert fit_labels(metrics, max(map(width, five)), parts) == five
+    three = ["emb…: embed_tokens_per_layer ×35", "vis…: patch_embedder.weight"]
+    assert fit_labels(metrics, max(map(width, three)), parts) == three
+    # narrower still: the names are elided in their middle, the heads and tails kept
+    room = max(map(width, three)) - width("_tokens")
+    narrow = fit_labels(metrics, room, parts)
+    assert narrow[0].startswith("emb…: em") and narrow[0].endswith(" ×35")
+    assert "…" in narrow[0][len("emb…: ") :] and narrow[1].startswith("vis…: ")
+    assert all(width(text) <= room for text in narrow)
+    # heads that three letters would make alike keep more; a word cut wider stays whole
+    alike = [
+        ("decoder: ", "a" * 40, ""),
+        ("decoder_with_past: ", "b" * 40, ""),
+        ("text: ", "c", ""),
+    ]
+    heads = [t.split(": ")[0] for t in fit_labels(metrics, width("decoder: " + "a" * 20), alike)]
+    assert heads[0] != heads[1] and heads[0].startswith("dec") and heads[2] == "text"
     # one session: no heads, the name elided in the middle as before
-    (alone,) = fit_labels(metrics, 100, [("", "embed_tokens_per_layer", " ×35")])
+    room = width("embed_tokens_per_layer ×35") - width("_tokens")
+    (alone,) = fit_labels(metrics, room, [("", "embed_tokens_per_layer", " ×35")])
     assert alone.startswith("em") and alone.endswith(" ×35") and "…" in alone
+    assert width(alone) <= room
 
 
 def _window(qtbot, tmp_path: Path, size: tuple[int, int]) -> MainWindow:

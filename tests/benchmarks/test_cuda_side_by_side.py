@@ -20,8 +20,9 @@ def test_tiny_cuda_side_by_side_runs_every_stage(tmp_path: Path):
     summary = report["summary"]
     runtime = json.loads(report["stages"]["environment"]["runtime"]["stdout"])
     assert "CPUExecutionProvider" in runtime["providers"]
-    assert set(summary["exports"]) == {"ours_fp32", "ours_int4", "ours_int8", "ours_fp16"}
-    for name in ("ours_int4", "ours_int8", "ours_fp16"):
+    ours = {"ours_fp32", "ours_int4", "ours_int4_sym128", "ours_int8", "ours_fp16"}
+    assert set(summary["exports"]) == ours
+    for name in ("ours_int4", "ours_int4_sym128", "ours_int8", "ours_fp16"):
         export = summary["exports"][name]
         assert export["ok"] and export["peak_rss_gib"] > 0 and export["decoder_nodes"] > 100
         genai = summary["genai_decode_tok_s"][name]

@@ -64,7 +64,8 @@ def test_profile_summary_counts_host_nodes_per_provider():
 
 def test_summary_lists_rows_whose_repeats_disagree():
     """A device run's capture-off repeats once spread 83-130 tok/s while its capture-on
-    rows held within 2%: the summary names such rows instead of only printing a median."""
+    rows held: the summary names such rows (genai's and our runner's) instead of only
+    printing a median; a row with an error instead of runs is not one."""
 
     def row(max_length: int, runs: list[float]) -> dict:
         return {
@@ -77,10 +78,27 @@ def test_summary_lists_rows_whose_repeats_disagree():
         "off": {"default": row(4096, [129.68, 94.76, 83.41]), "1032": row(1032, [98, 100, 101])},
         "on": {"default": row(4096, [221.78, 219.41, 220.09])},
     }
-    stages_ = {"genai_ours_bf16": {"rc": 0, "result": {"captures": captures}}}
+    runner = {
+        "off": {
+            "decode_tokens_per_second": 129.7,
+            "decode_tokens_per_second_runs": [124.4, 129.7, 170.1],
+        },
+        "on": {
+            "decode_tokens_per_second": 222.9,
+            "decode_tokens_per_second_runs": [221, 222.9, 224],
+        },
+    }
+    stages_ = {
+        "genai_ours_bf16": {"rc": 0, "result": {"captures": captures}},
+        "genai_broken": {"rc": 1, "result": {"captures": {"on": {"error": "no CUDA"}}}},
+        "runner_ours_int4": {"rc": 0, "result": runner},
+    }
     summary = webgpu_side_by_side.summarize(stages_)
     assert summary["genai_decode_tok_s"]["ours_bf16"]["capture_on@4096"] == 220.09
-    assert summary["unsteady"] == ["genai ours_bf16 capture_off@4096: 83.41-129.68"]
+    assert summary["unsteady"] == [
+        "genai ours_bf16 capture_off@4096: 83.41-129.68",
+        "runner ours_int4 off: 124.4-170.1",
+    ]
 
 
 def test_tiny_side_by_side_runs_every_stage(tmp_path: Path):
