@@ -21,6 +21,7 @@ Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two
 ``--preset gpu`` is the benchmark size for the lent H200 (training on CUDA):
 
     python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR] [--cuda]
+        [--webgpu]
         [--checkpoint DIR] [--only CHOICE,...] [--set MODULE.NAME=VALUE ...]
 
 ``--set`` overrides a module constant for the run (a sweep, e.g.
@@ -29,6 +30,8 @@ Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two
 ``--cuda`` (a GPU with onnxruntime-gpu) adds our CUDA packages of the same checkpoint (fp32,
 fp16, bf16, INT8 and INT4 weights), run on the CUDA EP and scored against the same float
 package: what a CUDA user's package loses to its precision, on a model with real structure.
+``--webgpu`` does the same for WebGPU packages on the WebGPU EP (the onnxruntime-ep-webgpu
+plugin; lavapipe where there is no GPU, ``ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1``).
 """
 
 from __future__ import annotations
@@ -218,6 +221,18 @@ CUDA_CHOICES: dict[str, dict[str, Any]] = {
 }
 """``--cuda``: packages for the CUDA EP, run on it (onnxruntime-gpu), each scored against the
 CPU fp32 package; their defaults (accuracy_level 4 for INT4) as a user gets them."""
+WEBGPU_CHOICES: dict[str, dict[str, Any]] = {
+    "webgpu_fp32": dict(dtype="fp32"),
+    "webgpu_fp16": dict(),
+    "webgpu_int4": dict(weight_bits=4, embedding_bits=4),
+    "webgpu_int4_acc0": dict(weight_bits=4, embedding_bits=4, accuracy_level=0),
+    "webgpu_int4_fp32": dict(dtype="fp32", weight_bits=4, embedding_bits=4),
+    "webgpu_int4_fp32_acc0": dict(dtype="fp32", weight_bits=4, embedding_bits=4, accuracy_level=0),
+    "webgpu_int4_sym": dict(weight_bits=4, embedding_bits=4, symmetric=True),
+}
+"""``--webgpu``: packages for WebGPU (fp16 activations and accuracy_level 4, int8
+activations in MatMulNBits, unless named), run on the WebGPU EP (the plugin; lavapipe
+without a GPU) and scored against the CPU fp32 package."""
 _KV_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -230,7 +245,12 @@ def prefill_logits(package: Path, sequences: list[np.ndarray], ep: str = "cpu") 
         if hasattr(ort, "preload_dlls"):
             ort.preload_dlls()
         providers.insert(0, ("CUDAExecutionProvider", {"use_tf32": "0"}))
-    session = ort.InferenceSession(str(package / "model.onnx"), providers=providers)
+    if ep == "webgpu":  # a plugin EP: the engine registers it and picks its device
+        from engine.runtime.session import create_session
+
+        session = create_session(package / "model.onnx", "webgpu", profile_first_run=False).session
+    else:
+        session = ort.InferenceSession(str(package / "model.onnx"), providers=providers)
     if ep == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
         raise RuntimeError(f"the CUDA EP did not start: {session.get_providers()}")
     inputs = {i.name: i for i in session.get_inputs()}
@@ -295,6 +315,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--cuda", action="store_true", help="also CUDA packages, run on the CUDA EP (GPU)"
+    )
+    parser.add_argument(
+        "--webgpu",
+        action="store_true",
+        help="also WebGPU packages, run on the WebGPU EP (the plugin; lavapipe without a GPU)",
     )
     parser.add_argument(
         "--only", default=None, help="comma-separated CHOICES to run (default: all of them)"
@@ -410,13 +435,13 @@ def main() -> None:
             calibrated_notes = [n for n in result.notes if n.startswith(("AWQ", "GPTQ"))]
             if calibrated_notes:
                 packages[name]["notes"] = calibrated_notes
-        for name, choice in CUDA_CHOICES.items() if args.cuda else ():
+        devices = [("cuda", CUDA_CHOICES)] if args.cuda else []
+        devices += [("webgpu", WEBGPU_CHOICES)] if args.webgpu else []
+        for ep, name, choice in ((e, n, c) for e, cs in devices for n, c in cs.items()):
             out = root / name
             try:
-                result = export(
-                    out, model_dir=checkpoint, options=ExportOptions(ep="cuda", **choice)
-                )
-                logits = prefill_logits(out, sequences, "cuda")
+                result = export(out, model_dir=checkpoint, options=ExportOptions(ep=ep, **choice))
+                logits = prefill_logits(out, sequences, ep)
             except Exception as exc:  # one failing choice must not hide the others
                 packages[name] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
                 continue
