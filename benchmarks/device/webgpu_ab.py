@@ -5,11 +5,15 @@ the two packages alternating (baseline, this checkout, baseline, this checkout) 
 on the machine falls on both.
 
     python3 webgpu_ab.py --baseline ../../.wt-old [--preset gemma4-e2b] [--rounds 2]
+    python3 webgpu_ab.py --variants "sym128=--modalities text --weight-bits 4 \
+        --embedding-bits 4 --symmetric --block-size 128"
 
 ``--baseline DIR`` is another commit's ``engine/`` and ``resources/`` (``git archive REV
 engine resources | tar -x -C DIR``); ``--baseline DIR1,DIR2`` measures each (named by
-its folder) before this checkout. Each package is built by ``python -m engine build
---random-weights`` with ``--options`` (default: text only, INT4 weights and tables) and
+its folder) before this checkout. ``--variants "NAME=OPTIONS;..."`` adds packages of this
+checkout built with other options (a flag's cost or gain, same engine). Each package is
+built by ``python -m engine build --random-weights`` with ``--options`` (default: text
+only, INT4 weights and tables) unless a variant names its own, and
 timed by ``side_by_side_stages.py genai`` (prompt 128 random ids, 64 new tokens, median of
 3 after a warm-up), which also records the greedy tokens. Writes ``$OUT/webgpu_ab.json``
 after every stage; ``summary`` has decode tok/s per package, length and round.
@@ -71,7 +75,12 @@ def _last_json(text: str) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", required=True, help="engine folders, comma-separated")
+    parser.add_argument("--baseline", default="", help="engine folders, comma-separated")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help='this checkout with other options too: "NAME=OPTIONS;NAME2=OPTIONS2"',
+    )
     parser.add_argument("--preset", default="gemma4-e2b")
     parser.add_argument("--options", default="--modalities text --weight-bits 4 --embedding-bits 4")
     parser.add_argument("--short-length", type=int, default=192)
@@ -82,16 +91,26 @@ def main() -> None:
     args = parser.parse_args()
     out_dir = Path(os.environ.get("OUT", "."))
     report = Report(out_dir / "webgpu_ab.json", args.budget_s, "webgpu_ab")
-    engines = {
-        Path(d).resolve().name.lstrip("."): Path(d).resolve() for d in args.baseline.split(",")
+    builds = {  # name -> (engine folder, build options)
+        Path(d).resolve().name.lstrip("."): (Path(d).resolve(), args.options)
+        for d in filter(None, args.baseline.split(","))
     }
-    engines["this"] = REPO
+    builds["this"] = (REPO, args.options)
+    for item in filter(None, args.variants.split(";")):
+        name, _, options = item.partition("=")
+        if not name.strip() or not options.strip() or name.strip() in builds:
+            parser.error(f"--variants {item!r}: give NAME=OPTIONS with a new name")
+        builds[name.strip()] = (REPO, options)
+    if len(builds) < 2:
+        parser.error("nothing to compare: give --baseline DIR or --variants NAME=OPTIONS")
+    engines = {name: engine for name, (engine, _) in builds.items()}
+    report.data["builds"] = {name: options for name, (_, options) in builds.items()}
     packages: dict[str, Path] = {}
-    for name, engine in engines.items():
+    for name, (engine, options) in builds.items():
         package = args.work / name
         shutil.rmtree(package, ignore_errors=True)
         cmd = [sys.executable, "-m", "engine", "build", "--preset", args.preset]
-        cmd += ["--random-weights", "--ep", "webgpu", *args.options.split(), "--quiet"]
+        cmd += ["--random-weights", "--ep", "webgpu", *options.split(), "--quiet"]
         # Started in the engine's folder: ``-m engine`` looks in the working folder first.
         build = [*cmd, str(package.resolve())]
         result = _child(build, _env(engine), min(300, report.remaining()), cwd=engine)
