@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._support.webgpu import require_webgpu
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -22,14 +24,9 @@ pytestmark = [pytest.mark.webgpu]
 def test_webgpu_prefill_scores_like_the_cpu(tmp_path: Path):
     from engine.options import ExportOptions
     from engine.pipeline import export
-    from engine.runtime.session import available_providers
     from tests._support.tiny_llama import make_checkpoint
 
-    if "WebGpuExecutionProvider" not in available_providers():
-        pytest.fail(
-            "no WebGPU runtime in this environment: pip install -e '.[webgpu]' (the plugin) "
-            "and, without a GPU, bash scripts/install-lavapipe.sh"
-        )
+    require_webgpu()
     make_checkpoint(tmp_path / "checkpoint", "qwen3_sliding")
     options = ExportOptions(ep="webgpu", dtype="fp32")
     package = export(tmp_path / "pkg", model_dir=tmp_path / "checkpoint", options=options).output

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._support.webgpu import require_webgpu
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "device" / "webgpu_ab.py"
 
@@ -31,13 +33,7 @@ def run(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_variant_of_this_checkout_is_built_and_decoded(tmp_path: Path):
-    from engine.runtime.session import available_providers
-
-    if "WebGpuExecutionProvider" not in available_providers():
-        pytest.fail(
-            "no WebGPU runtime in this environment: pip install -e '.[webgpu]' (the plugin) "
-            "and, without a GPU, bash scripts/install-lavapipe.sh"
-        )
+    require_webgpu()
     sym = "--modalities text --weight-bits 4 --embedding-bits 4 --symmetric"
     args = ["--variants", f"sym={sym}", "--preset", "gemma4-tiny", "--rounds", "1"]
     args += ["--short-length", "192", "--new-tokens", "4", "--work", str(tmp_path / "work")]

@@ -13,19 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._support.webgpu import require_webgpu
+
 pytestmark = [pytest.mark.webgpu]
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 64, 12, 8, 77, 150]
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.runtime.session import available_providers
-
-    if "WebGpuExecutionProvider" not in available_providers():
-        pytest.fail(
-            "no WebGPU runtime in this environment: pip install -e '.[webgpu]' (the plugin) "
-            "and, without a GPU, bash scripts/install-lavapipe.sh"
-        )
+    require_webgpu()
     from engine.options import ExportOptions
     from engine.pipeline import export
 
