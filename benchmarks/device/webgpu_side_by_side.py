@@ -316,8 +316,9 @@ def run_plan(
 
 
 UNSTEADY = 0.15
-"""A genai or runner row whose repeats spread wider than this share of their median is listed in the
-summary's ``unsteady``: the machine's rate moved during it, so its median says little."""
+"""A genai or runner row whose repeats spread wider than this share of their median is
+listed in the summary's ``unsteady``: the machine's rate moved during it, so its median
+says little."""
 
 
 def unsteady(runs: list[float]) -> str:
@@ -330,7 +331,7 @@ def unsteady(runs: list[float]) -> str:
 
 def summarize(stages: dict[str, Any]) -> dict[str, Any]:
     """The side-by-side table: exports, genai tok/s per capture and length, our runner, and
-    the genai rows whose repeats disagree (``unsteady``)."""
+    the genai and runner rows whose repeats disagree (``unsteady``)."""
     out: dict[str, Any] = {"exports": {}, "genai_decode_tok_s": {}, "runner_decode_tok_s": {}}
     out["unsteady"] = []
     for key, value in stages.items():
