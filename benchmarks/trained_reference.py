@@ -276,17 +276,14 @@ def prefill_logits(package: Path, sequences: list[np.ndarray], ep: str = "cpu") 
     return out
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
 def score(
     reference: list[np.ndarray], logits: list[np.ndarray], sequences: list[np.ndarray]
 ) -> dict[str, float]:
+    from engine.runtime.quality import log_softmax
+
     kld, agree, nll, count = 0.0, 0, 0.0, 0
     for ref, got, seq in zip(reference, logits, sequences, strict=True):
-        p_log, q_log = _log_softmax(ref[:-1]), _log_softmax(got[:-1])
+        p_log, q_log = log_softmax(ref[:-1]), log_softmax(got[:-1])
         kld += float((np.exp(p_log) * (p_log - q_log)).sum())
         agree += int((ref[:-1].argmax(-1) == got[:-1].argmax(-1)).sum())
         nll -= float(q_log[np.arange(len(seq) - 1), seq[1:]].sum())

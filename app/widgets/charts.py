@@ -121,13 +121,14 @@ def fit_labels(
         texts = joined(cut(letters))
         if all(width(text) <= room for text in texts):
             return texts
+    heads = cut(floor)
     return [
         text
         if width(text) <= room
         else head
         + metrics.elidedText(label, Qt.TextElideMode.ElideMiddle, room - width(head + tail))
         + tail
-        for text, head, (_, label, tail) in zip(joined(cut(floor)), cut(floor), parts, strict=True)
+        for text, head, (_, label, tail) in zip(joined(heads), heads, parts, strict=True)
     ]
 
 

@@ -352,10 +352,10 @@ def summarize(stages: dict[str, Any]) -> dict[str, Any]:
                         cell = row.get("decode_tokens_per_second", row.get("error"))
                         label = f"capture_{capture}@{row.get('max_length')}"
                         table[label] = cell
-                        runs = row.get("decode_tokens_per_second_all") or []
-                        if unsteady(runs):
+                        spread = unsteady(row.get("decode_tokens_per_second_all") or [])
+                        if spread:
                             name = key[len("genai_") :]
-                            out["unsteady"].append(f"genai {name} {label}: {unsteady(runs)}")
+                            out["unsteady"].append(f"genai {name} {label}: {spread}")
                 if "error" in entry or "skipped" in entry:
                     table[f"capture_{capture}"] = entry.get("error") or entry.get("skipped")
             out["genai_decode_tok_s"][key[len("genai_") :]] = table or value.get("stderr_tail")
@@ -370,10 +370,12 @@ def summarize(stages: dict[str, Any]) -> dict[str, Any]:
                 rows = {"off": result.get("decode_tokens_per_second")}
             out["runner_decode_tok_s"][key[len("runner_") :]] = rows
             for mode in ("off", "on"):
-                runs = (result.get(mode) or {}).get("decode_tokens_per_second_runs") or []
-                if unsteady(runs):
+                spread = unsteady(
+                    (result.get(mode) or {}).get("decode_tokens_per_second_runs") or []
+                )
+                if spread:
                     name = key[len("runner_") :]
-                    out["unsteady"].append(f"runner {name} {mode}: {unsteady(runs)}")
+                    out["unsteady"].append(f"runner {name} {mode}: {spread}")
         if key.startswith("profile_"):
             result = ((value or {}).get("result") or {}).get("lengths") or {}
             for label, run in result.items():
