@@ -20,6 +20,12 @@ drops out. Cases:
   accuracy level, fp16 or fp32 activations), MatMul on [1, 1, K] or [1, K], Gemm(transB)
   (at most 5 copies: fp32 weights stay under protobuf's 2 GiB), and split-K: the weight
   as [G, K / G, N] (the same bytes), a batched MatMul and a ReduceSum of the G partials;
+* ``positions/<variant>@L``: the key positions 0..L-1 of a KV buffer of L slots under a
+  static graph (no Shape), from a [1, L] row of its values: ``ones`` (Equal, Where: the
+  NaN-safe ones the others start from), ``cumsum`` (then CumSum and Sub, as the packages
+  have), ``convK`` (then a tower of 1-D Convs of K ones, dilations 1, K, K^2, ..., each
+  window reaching back K^i * (K - 1) slots, the last with bias -1; as many levels as
+  reach E2B's context, 131,072 slots);
 * ``head/<dtype>``: the float LM head, MatMul(table [V, H], x^T) (at most 3 copies);
 * ``proj/mmnb4/HxN/acc<L>`` and ``head/mmnb4/V/acc<L>``: E2B's INT4 projections (as
   H -> N -> H pairs) and LM head at MatMulNBits accuracy levels 0 and 4.
@@ -225,6 +231,39 @@ def attention(variant: str, heads: int, length: int, dim: int) -> Block:
     return block
 
 
+CONTEXT = 131072  # E2B's context length: the convolution towers reach this far back
+
+
+def positions(variant: str) -> Block:
+    """x [1, L] (a row of a KV buffer) -> its slots' positions 0..L-1 [1, L], float32."""
+    levels = width = 1
+    if variant.startswith("conv"):
+        width = int(variant[4:])
+        while width**levels < CONTEXT:
+            levels += 1
+
+    def block(c: Chain, x: str, i: int) -> str:
+        one = c.init(np.array(1.0, np.float32), "one")
+        ones = c.node("Where", [c.node("Equal", [x, x]), one, one])
+        if variant == "ones":
+            return ones
+        if variant == "cumsum":
+            summed = c.node("CumSum", [ones, c.init(np.array(1, np.int32), "axis")])
+            return c.node("Sub", [summed, one])
+        value = c.node("Reshape", [ones, c.init(np.array([0, 1, -1], np.int64), "shape")])
+        kernel = c.init(np.ones((1, 1, width), np.float32), "k")
+        for level in range(levels):
+            step = width**level
+            inputs = [value, kernel]
+            if level == levels - 1:
+                inputs.append(c.init(np.array([-1.0], np.float32), "bias"))
+            value = c.node("Conv", inputs, dilations=[step], pads=[step * (width - 1), 0],
+                           kernel_shape=[width])  # fmt: skip
+        return c.node("Reshape", [value, c.init(np.array([0, -1], np.int64), "shape")])
+
+    return block
+
+
 def nbits(c: Chain, x: str, k: int, n: int, dtype: int, quant: dict[str, int]) -> str:
     """MatMulNBits ``x [1, 1, K] -> [1, 1, N]`` over random blocks."""
     bits, block_size = quant["bits"], quant.get("block_size", 32)
@@ -316,6 +355,10 @@ def cases(tiny: bool) -> dict[str, tuple[Block, np.ndarray, int]]:
                 q,
                 F32,
             )
+    for length in (64, 256) if tiny else (192, 4096):
+        x = rng.standard_normal((1, length)).astype(np.float32)
+        for variant in ("ones", "cumsum", "conv16", "conv64", "conv256"):
+            out[f"positions/{variant}@{length}"] = (positions(variant), x, F32)
     for name, dtype in (("fp16", F16), ("fp32", F32)):
         x = rng.standard_normal((1, 1, hidden)).astype(NP[dtype])
         for block_size, level in ((32, 0), (32, 4), (64, 0), (128, 0), (128, 4)):

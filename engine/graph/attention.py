@@ -163,12 +163,17 @@ def _ones_like(ctx: BuildContext, x: ir.Value) -> ir.Value:
     return ctx.op.Add(ctx.op.Mul(x, zero), one)
 
 
-def _float_ones(ctx: BuildContext, x: ir.Value) -> ir.Value:
-    """Float32 ones of a float tensor's shape, whatever its values (NaN and inf included):
-    no Shape, so it stays on the device."""
-    op = ctx.op
-    same = op.Equal(x, x)
-    return op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
+def ones_of(ctx: BuildContext, x: ir.Value, dtype: ir.DataType = F32) -> ir.Value:
+    """Ones of a float tensor's shape, whatever its values (NaN and inf included), without
+    Shape, so it stays on the device: ``Where(x == x, 1, 1)`` (two kernels; ``x == x`` is
+    false only at NaN, and both branches are 1)."""
+    np_dtype = dtype.numpy()
+    name = f"one_{_SUFFIX.get(np_dtype.name, np_dtype.name)}"
+    one = ctx.const(np.array(1, dtype=np_dtype), name=name)
+    return ctx.op.Where(ctx.op.Equal(x, x), one, one)
+
+
+_SUFFIX = {"float32": "f32", "int32": "i32", "int64": "i64"}
 
 
 def _token_ones(ctx: BuildContext, tokens: ir.Value) -> ir.Value:
@@ -180,7 +185,7 @@ def _token_ones(ctx: BuildContext, tokens: ir.Value) -> ir.Value:
             else ctx.op.Cast(tokens, to=ir.DataType.INT32)
         )
         return ctx.op.Cast(_ones_like(ctx, ids), to=F32)
-    return _float_ones(ctx, tokens)
+    return ones_of(ctx, tokens)
 
 
 def token_row(ctx: BuildContext, embeds: ir.Value) -> ir.Value:

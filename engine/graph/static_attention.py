@@ -261,10 +261,8 @@ def _buffer_positions(ctx: BuildContext, keys: ir.Value) -> ir.Value:
         return op.Unsqueeze(row, ctx.ints([0]))
     index_0 = _const(ctx, 0, np.int64, "index_0")
     row = op.Gather(op.Gather(keys, index_0, axis=1), index_0, axis=2)  # [B, L]
-    same = op.Equal(row, row)
-    ones = op.Cast(op.Not(op.And(same, op.Not(same))), to=F32)
     axis = _const(ctx, 1, np.int32, "axis_1_i32")
-    return op.Sub(op.CumSum(ones, axis), _const(ctx, 1.0, np.float32, "one_f32"))
+    return op.Sub(op.CumSum(attn.ones_of(ctx, row), axis), _const(ctx, 1.0, np.float32, "one_f32"))
 
 
 # ------------------------------------------------------------------------------ layers

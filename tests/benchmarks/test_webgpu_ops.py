@@ -30,3 +30,17 @@ def test_attention_variants_compute_what_one_matmul_does(variant: str, length: i
         return session.run(None, {"x": q})[0]
 
     np.testing.assert_allclose(run(variant), run("gemm"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [1, 63, 64, 65, 4097])
+@pytest.mark.parametrize("variant", ["cumsum", "conv16", "conv64", "conv256"])
+def test_position_variants_count_every_slot(variant: str, length: int):
+    """0..L-1 whatever the buffer holds (NaN, inf), also across a tower level's edge."""
+    import onnxruntime as ort
+
+    row = np.random.default_rng(1).standard_normal((1, length)).astype(np.float32)
+    row[0, :: max(1, length // 3)] = np.nan
+    row[0, -1] = np.inf
+    model = ops._model(ops.positions(variant), 1, [1, length], ops.F32, seed=0)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": row})[0][0], np.arange(length))

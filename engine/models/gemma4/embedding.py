@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from engine.graph.attention import ones_of
 from engine.graph.context import BuildContext
 from engine.graph.modules import Embedding, Module
 from engine.models.gemma4.text import PerLayerInputs
@@ -92,10 +93,7 @@ def _scatter(
     rows = op.Concat(zero_row, features, axis=0)  # [1 + n, H]
     # n without Shape (which would leave the device): ones along the feature rows.
     first_column = op.Gather(rows, ctx.const(np.array(0, dtype=np.int64), name="index_0"), axis=1)
-    same = op.Equal(first_column, first_column)
-    available = op.ReduceSum(
-        op.Cast(op.Not(op.And(same, op.Not(same))), to=count_dtype), keepdims=0
-    )  # 1 + n
+    available = op.ReduceSum(ones_of(ctx, first_column, count_dtype), keepdims=0)  # 1 + n
     marks = op.Cast(mask, to=count_dtype)  # [B, S]
     axis_0 = ctx.const(np.array(0, dtype=np.int32), name="axis_0_i32")
     axis_1 = ctx.const(np.array(1, dtype=np.int32), name="axis_1_i32")
