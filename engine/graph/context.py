@@ -95,9 +95,14 @@ class BuildContext:
         return self.const(np.array(value, dtype=self.np_dtype))
 
     def const(self, array: np.ndarray, name: str | None = None) -> ir.Value:
-        """A small constant initializer (shapes, indices, scalars); named ones are reused."""
+        """A small constant initializer (shapes, indices, scalars); named ones are reused,
+        and a name asked for again must mean the same array (dtype, shape and values)."""
         if name is not None and name in self.graph.initializers:
-            return self.graph.initializers[name]
+            known = self.graph.initializers[name]
+            held = known.const_value.numpy() if known.const_value is not None else None
+            if held is None or held.dtype != array.dtype or not np.array_equal(held, array):
+                raise ValueError(f"constant {name!r} asked for as {array!r}, already {held!r}")
+            return known
         self._const_count += 1
         label = name or f"const.{self._const_count}"
         return self.builder.initializer(ir.tensor(array, name=label), name=label, qualify=False)
