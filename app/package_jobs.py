@@ -252,10 +252,14 @@ def inspect_job(path: Path, progress: Progress, cancel: CancelToken) -> PackageI
 
 def package_audit_job(
     path: Path, ep: str, progress: Progress, cancel: CancelToken
-) -> list[SessionAudit]:
+) -> tuple[list[SessionAudit], dict[str, str]]:
     """The engine's graph-capture audit of every session of a package for ``ep`` (graphs
-    read without weight bytes; node placement not measured)."""
-    from engine.audit import audit_package
+    read without weight bytes; node placement not measured), and the sessions no capture
+    mode captures, with why."""
+    from engine.audit import audit_package, never_captured_sessions
+    from engine.runtime.package import open_package
 
     progress(0.0, "auditing the graphs")
-    return audit_package(path, get_caps(ep), measure=False)
+    audits = audit_package(path, get_caps(ep), measure=False)
+    manifest = open_package(path).manifest
+    return audits, never_captured_sessions(manifest, [a.session for a in audits])

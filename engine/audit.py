@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -402,6 +403,19 @@ def package_sessions(folder: Path) -> list[tuple[str, Path]]:
                 )
             sessions.append((key, path))
     return sessions
+
+
+def never_captured_sessions(
+    manifest: Mapping[str, Any] | None, sessions: Sequence[str]
+) -> dict[str, str]:
+    """Sessions of a package that no capture mode captures, and why, as its manifest
+    (``export_studio.json``) records them. A package from before the manifest recorded them
+    has such sessions only around a decoder that takes embeddings (Gemma 4's embedding,
+    vision and speech sessions, all never captured)."""
+    recorded = (manifest or {}).get("never_captured")
+    if isinstance(recorded, Mapping):
+        return {str(k): str(v) for k, v in recorded.items() if k in sessions}
+    return {s: "its input shapes change between runs" for s in sessions if s != "decoder"}
 
 
 def audit_package(

@@ -313,6 +313,10 @@ def _manifest(
         "model": model_summary(export_plan.spec),
         "options": asdict(export_plan.options),
         "graph_capture": capture,
+        # sessions no mode captures, and why (``audit`` on the package reads it)
+        "never_captured": {
+            s.name: s.never_captured for s in plan_sessions(export_plan) if s.never_captured
+        },
         "audit": {name: audit.to_json() for name, audit in audits.items()},
         "past_present_share_buffer": share_buffer,
         # attention kinds that write K / V into the shared buffers by position

@@ -272,11 +272,18 @@ class InspectorPanel(QWidget):
             on_finished=lambda: self.audit_button.setEnabled(True),
         )
 
-    def _audited(self, audits: list[Any]) -> None:
+    def _audited(self, result: tuple[list[Any], dict[str, str]]) -> None:
+        audits, never = result
         self.audit.clear()
         for audit in audits:
-            state = "ready" if audit.capture_ready else "NOT ready"
             nodes = sum(audit.op_counts.values())
+            if audit.session in never:  # by design (input shapes), not a finding
+                self.audit.addItem(
+                    f"{audit.session} on {audit.ep}: never captured: "
+                    f"{never[audit.session]} ({nodes} nodes)"
+                )
+                continue
+            state = "ready" if audit.capture_ready else "NOT ready"
             self.audit.addItem(
                 f"{audit.session} on {audit.ep}: graph capture {state} ({nodes} nodes)"
             )

@@ -35,7 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """0: every session that can be captured is ready; 1: one is not; 2 (an error): the
     audit could not be made, placement included when it was asked for."""
-    from engine.audit import SessionAudit, audit_model, audit_package, decide_capture
+    from engine.audit import (
+        SessionAudit,
+        audit_model,
+        audit_package,
+        decide_capture,
+        never_captured_sessions,
+    )
     from engine.caps import get_caps
     from engine.errors import OptionsError, option
 
@@ -50,11 +56,15 @@ def run(args: argparse.Namespace) -> int:
         from engine.runtime.package import open_package
 
         # --ep defaults to cpu; a package is audited for the EP it was built for.
-        caps = get_caps(args.ep if args.ep != "cpu" else open_package(args.package).ep)
+        package = open_package(args.package)
+        caps = get_caps(args.ep if args.ep != "cpu" else package.ep)
         audits = audit_package(
             args.package, caps, measure=not args.no_placement, python=args.runtime_python
         )
-        blocked = {a.session: a.reasons() for a in audits if a.capture_supported}
+        never = never_captured_sessions(package.manifest, [a.session for a in audits])
+        blocked = {
+            a.session: a.reasons() for a in audits if a.capture_supported and a.session not in never
+        }
     else:
         from engine.models import build_session, plan_sessions
         from engine.pipeline import load_model_spec
@@ -91,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
         return code
     for audit in audits:
         if audit.session in never:
-            state = f"never captured ({never[audit.session]})"
+            state = f"never captured: {never[audit.session]}"
         elif not audit.capture_supported:
-            state = f"not supported on {audit.ep}"
+            state = f"graph capture not supported on {audit.ep}"
         else:
-            state = "not ready" if blocked[audit.session] else "ready"
-        print(f"{audit.session} on {audit.ep}: graph capture {state}")
+            state = "graph capture " + ("not ready" if blocked[audit.session] else "ready")
+        print(f"{audit.session} on {audit.ep}: {state}")
         for reason in blocked.get(audit.session, ()):
             print(f"  - {reason}")
         if audit.placement is not None:

@@ -169,3 +169,26 @@ def test_about_lists_the_versions_of_onnxruntime_genai_and_qt(qtbot, window: Mai
     qtbot.addWidget(dialog)
     assert onnxruntime.__version__ in dialog.details.text()
     assert window.menu_actions["about"].shortcut().toString() == "F1"
+
+
+def test_inspector_audit_says_which_sessions_are_never_captured(
+    qtbot, window: MainWindow, tmp_path: Path
+):
+    """A multimodal package's embedding, vision and speech sessions are never captured by
+    design: the audit says so instead of "NOT ready", as the engine's audit does."""
+    from engine.options import ExportOptions
+    from engine.pipeline import export
+    from tests._support.tiny_gemma_mm import make_mm_checkpoint
+
+    make_mm_checkpoint(tmp_path / "ckpt", audio=True)
+    export(tmp_path / "mm", model_dir=tmp_path / "ckpt", options=ExportOptions(ep="webgpu"))
+    panel = window.inspector
+    _inspect(qtbot, panel, tmp_path / "mm")
+    with qtbot.waitSignal(panel.audited, timeout=60_000):
+        panel.audit_button.click()
+    heads = [panel.audit.item(i).text() for i in range(panel.audit.count())]
+    heads = [line for line in heads if not line.startswith(" ")]
+    assert heads[0].startswith("decoder on webgpu: graph capture ready")
+    for session in ("embedding", "vision", "speech"):
+        (line,) = [h for h in heads if h.startswith(f"{session} on webgpu:")]
+        assert line.startswith(f"{session} on webgpu: never captured: its input shapes"), line

@@ -318,7 +318,34 @@ def test_audit_of_a_multimodal_preset_lists_every_session_decoder_first():
     assert never["decoder"] is None and all(never[s] for s in ("embedding", "speech", "vision"))
     text = _audit_cli("--preset", "gemma4-e2b", "--ep", "webgpu")
     assert text.stdout.splitlines()[0] == "decoder on webgpu: graph capture ready"
-    assert "vision on webgpu: graph capture never captured" in text.stdout
+    assert "vision on webgpu: never captured: its input shapes follow" in text.stdout
+
+
+def test_audit_of_a_multimodal_package_counts_only_what_can_be_captured(tmp_path: Path):
+    """The package's audit agrees with its build: the embedding, vision and speech sessions
+    are never captured and leave the exit status alone; a package whose manifest predates
+    the record reads the same."""
+    from tests._support.tiny_gemma_mm import make_mm_checkpoint
+
+    checkpoint, package = tmp_path / "ckpt", tmp_path / "mm"
+    make_mm_checkpoint(checkpoint, audio=True)
+    export(package, model_dir=checkpoint, options=ExportOptions(ep="webgpu"))
+    manifest_path = package / "export_studio.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert set(manifest["never_captured"]) == {"embedding", "vision", "speech"}
+    for _ in ("recorded", "older manifest"):
+        result = _audit_cli(str(package), "--no-placement")
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == "decoder on webgpu: graph capture ready"
+        for session in ("embedding", "vision", "speech"):
+            assert any(line.startswith(f"{session} on webgpu: never captured: ") for line in lines)
+        as_json = json.loads(_audit_cli(str(package), "--no-placement", "--json").stdout)
+        assert {a["session"] for a in as_json if a["never_captured"]} == {
+            "embedding", "vision", "speech"
+        }  # fmt: skip
+        manifest.pop("never_captured", None)
+        manifest_path.write_text(json.dumps(manifest))
 
 
 @pytest.mark.parametrize("damage", [b"", b"\x08\x07", b"\xff" * 64])
