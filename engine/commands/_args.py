@@ -56,10 +56,13 @@ def size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_build_options(parser: argparse.ArgumentParser) -> None:
-    """Options that shape a package (shared by build, plan and audit)."""
+def add_build_options(
+    parser: argparse.ArgumentParser, ep_default: str | None = "cpu", ep_said: str = "default cpu"
+) -> None:
+    """Options that shape a package (shared by build, plan and audit). ``ep_default``: --ep
+    when it is not given (audit's None: a package's own EP), as ``ep_said`` tells it."""
     parser.add_argument(
-        "--ep", default="cpu", help=f"execution provider: {', '.join(list_eps())} (default cpu)"
+        "--ep", default=ep_default, help=f"execution provider: {', '.join(list_eps())} ({ep_said})"
     )
     parser.add_argument(
         "--dtype", choices=DTYPES, help="activation dtype (default: the EP's preferred)"

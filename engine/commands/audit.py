@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset", metavar="NAME", help="audit a preset's graph (no weights needed)"
     )
     parser.add_argument("--model", metavar="DIR", help="audit a checkpoint's graph (no export)")
-    add_build_options(parser)
+    add_build_options(
+        parser, ep_default=None, ep_said="default: a package's own EP; cpu for --preset / --model"
+    )
     parser.add_argument(
         "--no-placement",
         action="store_true",
@@ -55,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
             )
         from engine.runtime.package import open_package
 
-        # --ep defaults to cpu; a package is audited for the EP it was built for.
+        # A package is audited for the EP it was built for unless --ep names another.
         package = open_package(args.package)
-        caps = get_caps(args.ep if args.ep != "cpu" else package.ep)
+        caps = get_caps(args.ep or package.ep)
         audits = audit_package(
             args.package, caps, measure=not args.no_placement, python=args.runtime_python
         )
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         from engine.plan import plan
         from engine.rewrites import apply_rewrites
 
+        args.ep = args.ep or "cpu"
         export_plan = plan(load_model_spec(args.model, args.preset), options_from_args(args))
         audits = []
         for session in plan_sessions(export_plan):  # every session an export writes

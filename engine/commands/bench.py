@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.caps import get_caps
 from engine.commands._args import count, print_json, progress_bar
 from engine.errors import CancelledError, OptionsError, option
 
@@ -112,11 +111,10 @@ def run(args: argparse.Namespace) -> int:
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
-    elif mode in ("on", "both") and get_caps(args.ep or package.ep).name != package.ep:
-        raise OptionsError(
-            f"graph capture: {package.capture_problem(args.ep)}; "
-            f"or use {option('graph_capture', 'off')}"
-        )
+    elif mode in ("on", "both") and (problem := package.capture_problem(args.ep)):
+        # Refused before anything runs (``both`` would time the capture-off run first).
+        also = "or " if "export it with" in problem else ""
+        raise OptionsError(f"graph capture: {problem}; {also}use {option('graph_capture', 'off')}")
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":

@@ -359,3 +359,13 @@ def test_audit_of_a_damaged_graph_file_is_an_error(cpu_package: Path, tmp_path: 
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "model.onnx" in line and "export" in line and "again" in line, line
+
+
+def test_audit_of_a_package_takes_its_ep_unless_ep_names_one(tmp_path: Path):
+    package = tmp_path / "wg"
+    export(package, options=ExportOptions(ep="webgpu", random_weights=True), preset="gemma4-tiny")
+    own = _audit_cli(str(package), "--no-placement")
+    assert own.stdout.startswith("decoder on webgpu: graph capture ready"), own.stdout
+    asked = _audit_cli(str(package), "--no-placement", "--ep", "cpu")
+    assert asked.stdout.startswith("decoder on cpu: graph capture not supported on cpu")
+    assert own.returncode == asked.returncode == 0, own.stderr + asked.stderr

@@ -216,3 +216,11 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "built for CPU" in result.stderr and "--graph-capture off" in result.stderr
     assert "Traceback" not in result.stderr
+    # On its own EP too: refused before the capture-off run, in one sentence.
+    for mode in ("on", "both"):
+        result = cli("bench", str(package), "--graph-capture", mode, "--quiet")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert not result.stdout
+        assert result.stderr.strip().endswith(
+            "graph capture: CPU has no graph capture; use --graph-capture off"
+        ), result.stderr
