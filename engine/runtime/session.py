@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.caps import EpCapabilities, get_caps
+from engine.caps import EpCapabilities, get_caps, list_eps
 from engine.errors import OptionsError, RuntimeUnavailableError, option
 from engine.runtime.limits import check_threads
 from engine.runtime.plugins import (
@@ -77,11 +77,13 @@ def require_provider(ep: str) -> EpCapabilities:
         )
     if caps.ort_provider not in offered:
         hint = caps.install_hint
+        here = set(available_providers())
+        usable = [name for name in list_eps() if get_caps(name).ort_provider in here]
         raise RuntimeUnavailableError(
             f"the {caps.display_name} EP ({caps.ort_provider}) is not available in this "
-            f"onnxruntime (it offers {', '.join(offered)}); "
+            f"onnxruntime; "
             + (f"{hint}, or " if hint else "")
-            + f"run on an EP listed there with {option('ep')}"
+            + f"run on one it offers: {option('ep', ' / '.join(usable))}"
         )
     return caps
 
@@ -156,6 +158,9 @@ def create_session(
     if graph_capture and caps.capture_option is not None:
         options[caps.capture_option] = "1"
     so = ort.SessionOptions()
+    # Errors only: what onnxruntime warns of (nodes placed on the CPU, above all) the
+    # results say in words (:func:`read_placement`).
+    so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
     if profile_first_run:

@@ -224,3 +224,13 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
         assert result.stderr.strip().endswith(
             "graph capture: CPU has no graph capture; use --graph-capture off"
         ), result.stderr
+
+
+def test_an_ep_this_onnxruntime_lacks_names_the_ones_it_has(package: Path):
+    """As --ep values (onnxruntime's own provider list has names --ep does not take)."""
+    result = cli("bench", str(package), "--ep", "cuda", "--quiet")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "the CUDA EP (CUDAExecutionProvider) is not available" in line
+    assert "install onnxruntime-gpu" in line and "run on one it offers: --ep cpu" in line
+    assert "ExecutionProvider," not in line  # no provider list
