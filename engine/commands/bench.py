@@ -159,8 +159,10 @@ def _can_capture(package: Any, ep: str | None) -> bool:
 def _print_table(results: list[Any], check: Any, error: str | None) -> None:
     first = results[0]
     print(f"package  {first.package}")
+    # onnxruntime-genai reports no placement: its provider is the one asked for.
+    ran = f"asked for {first.provider}" if first.runtime == "genai" else f"ran on {first.provider}"
     print(
-        f"runtime  {first.runtime}   EP {first.ep}   ran on {first.provider}   "
+        f"runtime  {first.runtime}   EP {first.ep}   {ran}   "
         f"KV {first.kv_mode}   prompt {first.prompt_length}   new tokens {first.new_tokens}"
     )
     header = f"{'capture':<8} {'load s':>7} {'TTFT ms':>8} {'prefill tok/s':>14} "

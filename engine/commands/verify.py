@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.passed else 1
     kind = "quantized" if result.quantized else (result.dtype or "float")
     print(f"package  {result.package} ({kind}, ran on {result.provider})")
+    if result.adapter:
+        print(f"         through the {result.adapter}")
     built_for = result.package_ep
     if result.ep != built_for and built_for != "cpu":
         print(f"         built for {built_for}: add --ep {built_for} to check it there too")

@@ -136,6 +136,9 @@ class VerifyResult:
     reference_flatness: float = 0.0
     """Mean entropy of the reference's next-token distributions over the steps, as a
     share of a uniform one's (:func:`flatness`)."""
+    adapter: str | None = None
+    """How a plugin EP ran (its version, a GPU or the software adapter); None for a
+    built-in EP."""
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -354,6 +357,7 @@ def verdict(
         seconds=time.perf_counter() - started,
         package_ep=pkg.ep,
         reference_flatness=flatness(ref_logits),
+        adapter=getattr(getattr(runner, "handle", None), "adapter", None),
     )
 
 

@@ -234,3 +234,14 @@ def test_an_ep_this_onnxruntime_lacks_names_the_ones_it_has(package: Path):
     assert "the CUDA EP (CUDAExecutionProvider) is not available" in line
     assert "install onnxruntime-gpu" in line and "run on one it offers: --ep cpu" in line
     assert "ExecutionProvider," not in line  # no provider list
+
+
+def test_genai_rows_say_the_provider_was_asked_for(package: Path):
+    """onnxruntime-genai reports no node placement: the table does not claim where it ran."""
+    args = ("--new-tokens", "2", "--repeats", "1", "--prompt-len", "8", "--quiet")
+    result = cli("bench", str(package), "--runtime", "genai", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "asked for CPUExecutionProvider" in result.stdout
+    assert "ran on" not in result.stdout.splitlines()[1]
+    ours = cli("bench", str(package), *args)
+    assert "ran on CPUExecutionProvider" in ours.stdout.splitlines()[1]

@@ -57,6 +57,7 @@ def test_fp32_package_passes_with_numbers(made):
     assert result.max_abs_diff <= 1e-4 and result.min_cosine > 0.99999
     assert result.greedy_tokens_identical and result.agreement == 1.0
     assert len(result.steps) == 12 and result.provider == "CPUExecutionProvider"
+    assert result.adapter is None  # a built-in EP
     data = json.loads(json.dumps(result.to_json()))
     assert data["verdict"] == "PASS" and len(data["reference_tokens"]) == 12
 
@@ -159,3 +160,20 @@ def test_verify_does_not_pass_a_package_whose_tokenizer_genai_cannot_load(
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "tokenizer" in line and "verdict" not in result.stdout, line
+
+
+def test_verify_on_webgpu_says_which_adapter_ran_it(made, tmp_path: Path):
+    """The plugin EP runs on a GPU or on the software adapter: the verdict says which."""
+    from tests._support.webgpu import require_webgpu
+
+    require_webgpu()
+    package = tmp_path / "webgpu"
+    export(package, model_dir=made["model"], options=ExportOptions(ep="webgpu", dtype="fp32"))
+    args = ("verify", str(package), "--model", str(made["model"]), "--steps", "3", "--quiet")
+    result = cli(*args, "--ep", "webgpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "ran on WebGpuExecutionProvider" in lines[0]
+    assert lines[1].strip().startswith("through the WebGpuExecutionProvider plugin 0.4")
+    as_json = json.loads(cli(*args, "--ep", "webgpu", "--json").stdout)
+    assert as_json["adapter"] == lines[1].strip().removeprefix("through the ")
