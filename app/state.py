@@ -216,25 +216,28 @@ class StudioState(QObject):
             return f"the current options cannot be planned: {self.plan_problem}"
         if not self.output.strip():
             return "choose an output folder"
+        from engine.package import occupied
+
         output = Path(self.output).expanduser()
         if output.exists() and not output.is_dir():
             return f"{output} is a file, not a folder"
-        if output.exists() and not self.overwrite:
+        if not occupied(output):  # nothing there, or an empty folder made for it
+            return ""
+        if not self.overwrite:
             return (
                 f"{output} exists: tick “{CONTROLS['overwrite'].name}” to export over it, "
                 "or choose another folder"
             )
-        if output.exists():
-            # What the engine will refuse anyway (not our package, a file the user put in
-            # it, the input folder), said before the click, in the engine's own check.
-            from engine.errors import PackageError
-            from engine.package import check_destination
+        # What the engine will refuse anyway (not our package, a file the user put in it,
+        # the input folder), said before the click, in the engine's own check.
+        from engine.errors import PackageError
+        from engine.package import check_destination
 
-            protect = [] if self.source.is_preset else [self.source.value]
-            try:
-                check_destination(output, overwrite=True, protect=protect)
-            except PackageError as exc:
-                return error_text(exc).rstrip(".")
+        protect = [] if self.source.is_preset else [self.source.value]
+        try:
+            check_destination(output, overwrite=True, protect=protect)
+        except PackageError as exc:
+            return error_text(exc).rstrip(".")
         return ""
 
     def package_folder_start(self) -> str:

@@ -142,7 +142,7 @@ def _check_destination(
 ) -> Path:
     out = resolve_output(output)
     _refuse_protected(out, [("the current folder", Path.cwd()), *_labelled(protect)])
-    if out.exists():
+    if occupied(out):
         if not out.is_dir():
             raise PackageError(f"'{out}' exists and is not a folder; it will not be replaced")
         if not overwrite:
@@ -175,6 +175,14 @@ def replaceable(folder: Path) -> bool:
         return _is_empty(folder) or (is_our_package(folder) and not foreign_entries(folder))
     except OSError:
         return False
+
+
+def occupied(output: Path) -> bool:
+    """Whether writing a package to ``output`` would replace something: it exists and is not
+    an empty folder (one made for the package has nothing to lose: no overwrite needed)."""
+    if not output.exists():
+        return False
+    return output.is_symlink() or not output.is_dir() or not _is_empty(output)
 
 
 def _is_empty(folder: Path) -> bool:
@@ -455,6 +463,9 @@ def _write_error(exc: OSError, output: Path) -> PackageError:
 
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
     (staging / PARTIAL_MARKER).unlink(missing_ok=True)
+    if not output.is_symlink() and output.is_dir() and _is_empty(output):
+        with contextlib.suppress(OSError):  # an empty folder made for it; rmdir refuses
+            output.rmdir()  # one that stopped being empty
     if not os.path.lexists(output):
         staging.rename(output)
         _remove_olds(output)

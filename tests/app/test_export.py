@@ -238,6 +238,22 @@ def test_an_existing_folder_is_replaced_only_when_ticked_and_confirmed(
     assert (existing / "genai_config.json").is_file()
 
 
+def test_an_empty_folder_made_for_the_package_is_exported_into_without_asking(
+    qtbot, window: MainWindow, tmp_path
+):
+    made = tmp_path / "made-for-it"
+    made.mkdir()
+    window.state.set_output(str(made))
+    assert not window.state.overwrite and window.export_panel.export_button.isEnabled()
+
+    def confirm(folder: Path) -> bool:
+        raise AssertionError(f"asked to replace the empty folder {folder}")
+
+    window.exporter.confirm_replace = confirm
+    assert _export(qtbot, window, made) is not None
+    assert (made / "genai_config.json").is_file()
+
+
 def test_a_file_the_user_put_into_a_package_blocks_its_replacement(
     qtbot, window: MainWindow, tmp_path
 ):

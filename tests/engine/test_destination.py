@@ -85,6 +85,34 @@ def test_overwrite_replaces_an_empty_folder_and_our_own_package(model: Path, tmp
     assert leftovers(tmp_path) == []
 
 
+def test_an_empty_folder_made_for_the_package_needs_no_overwrite(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Made with mkdir first, as many users do: nothing to lose. One that gets a file while
+    the export runs is left as it is."""
+    from engine import package
+
+    out = tmp_path / "out"
+    out.mkdir()
+    export(out, model_dir=model)
+    assert (out / MANIFEST).is_file() and leftovers(tmp_path) == []
+    with pytest.raises(PackageError, match="already exists"):
+        export(out, model_dir=model)  # now a package: replaced only with --overwrite
+    other = tmp_path / "other"
+    other.mkdir()
+    swap = package._swap_into_place
+
+    def user_saves_a_file_meanwhile(staging: Path, output: Path, overwrite: bool) -> None:
+        (output / "draft.txt").write_text("mine")
+        swap(staging, output, overwrite)
+
+    monkeypatch.setattr(package, "_swap_into_place", user_saves_a_file_meanwhile)
+    with pytest.raises(PackageError, match="appeared while exporting"):
+        export(other, model_dir=model)
+    assert [p.name for p in other.iterdir()] == ["draft.txt"]
+    assert leftovers(tmp_path) == []
+
+
 def test_overwrite_never_deletes_files_the_user_put_into_our_package(model: Path, tmp_path: Path):
     out = tmp_path / "out"
     export(out, model_dir=model)
