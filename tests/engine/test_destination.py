@@ -85,13 +85,25 @@ def test_overwrite_replaces_an_empty_folder_and_our_own_package(model: Path, tmp
     assert leftovers(tmp_path) == []
 
 
+def a_file_is_saved_before_the_swap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user saves ``draft.txt`` into the output folder just before an export moves its
+    package there."""
+    from engine import package
+
+    swap = package._swap_into_place
+
+    def user_saves_a_file_meanwhile(staging: Path, output: Path, overwrite: bool) -> None:
+        (output / "draft.txt").write_text("mine")
+        swap(staging, output, overwrite)
+
+    monkeypatch.setattr(package, "_swap_into_place", user_saves_a_file_meanwhile)
+
+
 def test_an_empty_folder_made_for_the_package_needs_no_overwrite(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """Made with mkdir first, as many users do: nothing to lose. One that gets a file while
     the export runs is left as it is."""
-    from engine import package
-
     out = tmp_path / "out"
     out.mkdir()
     export(out, model_dir=model)
@@ -100,13 +112,7 @@ def test_an_empty_folder_made_for_the_package_needs_no_overwrite(
         export(out, model_dir=model)  # now a package: replaced only with --overwrite
     other = tmp_path / "other"
     other.mkdir()
-    swap = package._swap_into_place
-
-    def user_saves_a_file_meanwhile(staging: Path, output: Path, overwrite: bool) -> None:
-        (output / "draft.txt").write_text("mine")
-        swap(staging, output, overwrite)
-
-    monkeypatch.setattr(package, "_swap_into_place", user_saves_a_file_meanwhile)
+    a_file_is_saved_before_the_swap(monkeypatch)
     with pytest.raises(PackageError, match="appeared while exporting"):
         export(other, model_dir=model)
     assert [p.name for p in other.iterdir()] == ["draft.txt"]
@@ -151,17 +157,9 @@ def test_a_package_from_before_the_file_list_is_replaced_only_with_its_own_files
 def test_a_file_added_while_exporting_stops_the_swap(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from engine import package
-
     out = tmp_path / "out"
     export(out, model_dir=model)
-    swap = package._swap_into_place
-
-    def user_saves_a_file_meanwhile(staging: Path, output: Path, overwrite: bool) -> None:
-        (output / "draft.txt").write_text("mine")
-        swap(staging, output, overwrite)
-
-    monkeypatch.setattr(package, "_swap_into_place", user_saves_a_file_meanwhile)
+    a_file_is_saved_before_the_swap(monkeypatch)
     with pytest.raises(PackageError, match="changed while exporting"):
         export(out, model_dir=model, overwrite=True)
     assert (out / "draft.txt").read_text() == "mine" and (out / MANIFEST).is_file()
