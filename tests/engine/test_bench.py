@@ -245,3 +245,23 @@ def test_genai_rows_say_the_provider_was_asked_for(package: Path):
     assert "ran on" not in result.stdout.splitlines()[1]
     ours = cli("bench", str(package), *args)
     assert "ran on CPUExecutionProvider" in ours.stdout.splitlines()[1]
+
+
+def test_the_capture_check_says_what_it_compared(tmp_path: Path):
+    """``both`` shows the run without capture beside it; ``on`` alone checks its tokens
+    against an untimed run without capture, and says so."""
+    from engine.options import ExportOptions
+    from engine.pipeline import export
+    from tests._support.webgpu import require_webgpu
+
+    require_webgpu()
+    package = tmp_path / "wg"
+    export(package, preset="gemma4-tiny", options=ExportOptions(ep="webgpu", random_weights=True))
+    args = ("--new-tokens", "3", "--repeats", "1", "--prompt-len", "8", "--quiet")
+    said = {}
+    for mode in ("on", "both"):
+        result = cli("bench", str(package), "--graph-capture", mode, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+        (said[mode],) = [line for line in result.stdout.splitlines() if "capture vs" in line]
+    assert said["on"].startswith("capture vs an untimed run without it: same tokens")
+    assert said["both"].startswith("capture vs no capture: same tokens")
