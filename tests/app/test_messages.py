@@ -124,6 +124,10 @@ def test_a_successful_export_says_it_was_written_not_unavailable(
     assert panel.blocker.isHidden() and not panel.summary_box.isVisible()
     taken = tmp_path / "taken"
     taken.mkdir()
+    window.state.set_output(str(taken))  # empty: made for the package, nothing to say
+    assert panel.blocker.isHidden() and panel.export_button.isEnabled()
+    (taken / "notes.txt").write_text("mine")
+    window.state.set_output(str(tmp_path / "another"))
     window.state.set_output(str(taken))
     assert "Export is unavailable" in panel.blocker.text() and panel.blocker.level == "warning"
 
