@@ -30,7 +30,7 @@ from app.state import ModelSource, StudioState, source_problem
 from app.wording import error_text
 from app.workers import Worker
 from engine.errors import CancelledError
-from engine.package import occupied
+from engine.package import occupied, resolve_output
 from engine.progress import CancelToken, Progress
 
 
@@ -257,7 +257,7 @@ class ExportController(QObject):
             self._state.report_error("export", f"Cannot export: {blocker}.")
             return None
         output = Path(self._state.output).expanduser()
-        if occupied(output) and not self.confirm_replace(output):
+        if occupied(resolve_output(output)) and not self.confirm_replace(output):
             self.logged.emit(f"not exported: {output} was kept")
             return None
         model_args = tuple(self._state.source.export_args().items())

@@ -216,14 +216,14 @@ class StudioState(QObject):
             return f"the current options cannot be planned: {self.plan_problem}"
         if not self.output.strip():
             return "choose an output folder"
-        from engine.package import occupied
+        from engine.package import occupied, resolve_output
 
         output = Path(self.output).expanduser()
         if output.exists() and not output.is_dir():
             return f"{output} is a file, not a folder"
-        if not occupied(output):  # nothing there, or an empty folder made for it
+        if not output.exists():
             return ""
-        if not self.overwrite:
+        if occupied(resolve_output(output)) and not self.overwrite:
             return (
                 f"{output} exists: tick “{CONTROLS['overwrite'].name}” to export over it, "
                 "or choose another folder"

@@ -409,10 +409,13 @@ def never_captured_sessions(
     manifest: Mapping[str, Any] | None, sessions: Sequence[str]
 ) -> dict[str, str]:
     """Sessions of a package that no capture mode captures, and why, as its manifest
-    (``export_studio.json``) records them. A package from before the manifest recorded them
-    has such sessions only around a decoder that takes embeddings (Gemma 4's embedding,
-    vision and speech sessions, all never captured)."""
-    recorded = (manifest or {}).get("never_captured")
+    (``export_studio.json``) records them. A package of ours from before the manifest
+    recorded them has such sessions only around a decoder that takes embeddings (Gemma 4's
+    embedding, vision and speech sessions, all never captured); another tool's package
+    (no manifest) has every session judged."""
+    if manifest is None:  # not a package of ours: every session is judged
+        return {}
+    recorded = manifest.get("never_captured")
     if isinstance(recorded, Mapping):
         return {str(k): str(v) for k, v in recorded.items() if k in sessions}
     return {s: "its input shapes change between runs" for s in sessions if s != "decoder"}

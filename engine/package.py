@@ -158,6 +158,8 @@ def _check_destination(
         if not replaceable(out):
             raise PackageError(_foreign_message(out))
         _check_removable(out)
+    elif out.exists():  # an empty folder made for the package: removed at the end
+        _check_removable(out)
     ancestor = existing_ancestor(out.parent)
     if not ancestor.is_dir():
         raise PackageError(f"cannot create the folder '{out.parent}': '{ancestor}' is a file")
@@ -179,10 +181,13 @@ def replaceable(folder: Path) -> bool:
 
 def occupied(output: Path) -> bool:
     """Whether writing a package to ``output`` would replace something: it exists and is not
-    an empty folder (one made for the package has nothing to lose: no overwrite needed)."""
+    an empty folder (one made for the package has nothing to lose: no overwrite needed). A
+    mount point counts as occupied even when empty: it cannot be swapped for another folder."""
     if not output.exists():
         return False
-    return output.is_symlink() or not output.is_dir() or not _is_empty(output)
+    if output.is_symlink() or not output.is_dir() or os.path.ismount(output):
+        return True
+    return not _is_empty(output)
 
 
 def _is_empty(folder: Path) -> bool:
@@ -463,16 +468,17 @@ def _write_error(exc: OSError, output: Path) -> PackageError:
 
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
     (staging / PARTIAL_MARKER).unlink(missing_ok=True)
-    if not output.is_symlink() and output.is_dir() and _is_empty(output):
-        with contextlib.suppress(OSError):  # an empty folder made for it; rmdir refuses
-            output.rmdir()  # one that stopped being empty
+    if os.path.lexists(output) and not occupied(output):
+        _replace_empty_folder(staging, output)
+        return
     if not os.path.lexists(output):
         staging.rename(output)
         _remove_olds(output)
         return
     if not overwrite:
         raise PackageError(
-            f"'{output}' appeared while exporting; the new package was not moved there"
+            f"'{output}' appeared or stopped being empty while exporting; it was left as it is "
+            "and the new package was not moved there"
         )
     if output.is_symlink() or not output.is_dir() or not replaceable(output):
         raise PackageError(
@@ -488,6 +494,36 @@ def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
         backup.rename(output)
         raise
     shutil.rmtree(backup, ignore_errors=True)
+    _remove_olds(output)
+
+
+def _replace_empty_folder(staging: Path, output: Path) -> None:
+    """The package moved where an empty folder was (one made for it): the folder's mode and
+    group go to the package; if the move fails, the empty folder is put back as it was."""
+    kept = output.stat()
+    os.chmod(staging, stat.S_IMODE(kept.st_mode))
+    with contextlib.suppress(OSError):  # another group may not be ours to give
+        os.chown(staging, -1, kept.st_gid)
+    try:
+        output.rmdir()  # refuses a folder that stopped being empty
+    except OSError as exc:
+        reason = (
+            "a file appeared in it while exporting"
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST)
+            else exc.strerror or str(exc)
+        )
+        raise PackageError(
+            f"'{output}' could not take the package ({reason}); it was left as it is and "
+            "the new package was not moved there"
+        ) from exc
+    try:
+        staging.rename(output)
+    except OSError:
+        output.mkdir()
+        os.chmod(output, stat.S_IMODE(kept.st_mode))
+        with contextlib.suppress(OSError):
+            os.chown(output, -1, kept.st_gid)
+        raise
     _remove_olds(output)
 
 

@@ -83,7 +83,7 @@ def require_provider(ep: str) -> EpCapabilities:
             f"the {caps.display_name} EP ({caps.ort_provider}) is not available in this "
             f"onnxruntime; "
             + (f"{hint}, or " if hint else "")
-            + f"run on one it offers: {option('ep', ' / '.join(usable))}"
+            + f"run on one it offers ({', '.join(usable)}) with {option('ep')}"
         )
     return caps
 

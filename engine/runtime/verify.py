@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,9 @@ class VerifyResult:
     adapter: str | None = None
     """How a plugin EP ran (its version, a GPU or the software adapter); None for a
     built-in EP."""
+    cpu_fallback: dict[str, int] = field(default_factory=dict)
+    """Op types whose nodes ran on the CPU instead of the EP, with their counts (our
+    runner's placement; empty on the CPU EP and through genai, which reports none)."""
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -358,7 +361,13 @@ def verdict(
         package_ep=pkg.ep,
         reference_flatness=flatness(ref_logits),
         adapter=getattr(getattr(runner, "handle", None), "adapter", None),
+        cpu_fallback=_fallback(runner),
     )
+
+
+def _fallback(runner: Any) -> dict[str, int]:
+    placement = getattr(runner, "placement", None)
+    return dict(placement.fallback_ops) if placement is not None else {}
 
 
 def longrope_switch(spec: ModelSpec) -> int | None:

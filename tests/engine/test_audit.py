@@ -369,3 +369,14 @@ def test_audit_of_a_package_takes_its_ep_unless_ep_names_one(tmp_path: Path):
     asked = _audit_cli(str(package), "--no-placement", "--ep", "cpu")
     assert asked.stdout.startswith("decoder on cpu: graph capture not supported on cpu")
     assert own.returncode == asked.returncode == 0, own.stderr + asked.stderr
+
+
+def test_only_our_packages_have_sessions_left_out_of_the_verdict():
+    from engine.audit import never_captured_sessions
+
+    sessions = ["decoder", "embedding", "vision"]
+    assert never_captured_sessions(None, sessions) == {}  # another tool's: all judged
+    older = never_captured_sessions({"producer": "export-studio"}, sessions)
+    assert set(older) == {"embedding", "vision"}
+    recorded = never_captured_sessions({"never_captured": {"vision": "why"}}, sessions)
+    assert recorded == {"vision": "why"}

@@ -21,6 +21,7 @@ def test_build_tiny_preset_writes_a_package(tmp_path: Path):
 
 
 def test_build_refuses_existing_output_with_exit_code_2(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("mine")  # an empty folder would be written into
     result = cli("build", "--preset", "gemma4-tiny", "--random-weights", "--quiet", str(tmp_path))
     assert result.returncode == 2
     assert "--overwrite" in result.stderr and "Traceback" not in result.stderr

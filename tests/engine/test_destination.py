@@ -113,10 +113,50 @@ def test_an_empty_folder_made_for_the_package_needs_no_overwrite(
     other = tmp_path / "other"
     other.mkdir()
     a_file_is_saved_before_the_swap(monkeypatch)
-    with pytest.raises(PackageError, match="appeared while exporting"):
+    with pytest.raises(PackageError, match="stopped being empty while exporting"):
         export(other, model_dir=model)
     assert [p.name for p in other.iterdir()] == ["draft.txt"]
     assert leftovers(tmp_path) == []
+
+
+def test_an_empty_folder_keeps_its_mode_and_comes_back_if_the_move_fails(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    made = tmp_path / "shared"
+    made.mkdir()
+    made.chmod(0o2770)
+    export(made, model_dir=model)
+    assert (made / MANIFEST).is_file() and made.stat().st_mode & 0o7777 == 0o2770
+    again = tmp_path / "again"
+    again.mkdir()
+    again.chmod(0o750)
+    rename = Path.rename
+
+    def disk_full(self: Path, target: Path) -> Path:
+        if Path(target) == again:
+            raise OSError(28, "No space left on device")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", disk_full)
+    with pytest.raises(PackageError, match="No space left on device; nothing was left behind"):
+        export(again, model_dir=model)
+    assert again.is_dir() and not any(again.iterdir())
+    assert again.stat().st_mode & 0o7777 == 0o750
+    assert leftovers(tmp_path) == []
+
+
+def test_an_empty_mount_point_is_not_taken_for_a_folder_made_for_the_package(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """It cannot be swapped for the package folder: refused up front, as any existing
+    folder is without --overwrite."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == mount or real(p))
+    with pytest.raises(PackageError, match="already exists"):
+        export(mount, model_dir=model)
+    assert not any(mount.iterdir()) and leftovers(tmp_path) == []
 
 
 def test_overwrite_never_deletes_files_the_user_put_into_our_package(model: Path, tmp_path: Path):

@@ -177,3 +177,9 @@ def test_verify_on_webgpu_says_which_adapter_ran_it(made, tmp_path: Path):
     assert lines[1].strip().startswith("through the WebGpuExecutionProvider plugin 0.4")
     as_json = json.loads(cli(*args, "--ep", "webgpu", "--json").stdout)
     assert as_json["adapter"] == lines[1].strip().removeprefix("through the ")
+    assert as_json["cpu_fallback"] == {} and "on the CPU instead" not in result.stdout
+    # A CPU package on WebGPU keeps nodes on the CPU: said, as onnxruntime's warning was.
+    cpu_args = ("verify", str(made["fp32"]), "--model", str(made["model"]), "--steps", "2")
+    moved = cli(*cpu_args, "--ep", "webgpu", "--quiet")
+    assert "nodes that ran on the CPU instead: " in moved.stdout, moved.stdout + moved.stderr
+    assert json.loads(cli(*cpu_args, "--ep", "webgpu", "--json").stdout)["cpu_fallback"]
