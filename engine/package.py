@@ -183,9 +183,11 @@ def occupied(output: Path) -> bool:
     """Whether writing a package to ``output`` would replace something: it exists and is not
     an empty folder (one made for the package has nothing to lose: no overwrite needed). A
     mount point counts as occupied even when empty: it cannot be swapped for another folder."""
+    if output.is_symlink():  # a dangling one too
+        return True
     if not output.exists():
         return False
-    if output.is_symlink() or not output.is_dir() or os.path.ismount(output):
+    if not output.is_dir() or os.path.ismount(output):
         return True
     return not _is_empty(output)
 
@@ -468,12 +470,12 @@ def _write_error(exc: OSError, output: Path) -> PackageError:
 
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
     (staging / PARTIAL_MARKER).unlink(missing_ok=True)
-    if os.path.lexists(output) and not occupied(output):
-        _replace_empty_folder(staging, output)
-        return
     if not os.path.lexists(output):
         staging.rename(output)
         _remove_olds(output)
+        return
+    if not occupied(output):
+        _replace_empty_folder(staging, output)
         return
     if not overwrite:
         raise PackageError(
@@ -501,9 +503,7 @@ def _replace_empty_folder(staging: Path, output: Path) -> None:
     """The package moved where an empty folder was (one made for it): the folder's mode and
     group go to the package; if the move fails, the empty folder is put back as it was."""
     kept = output.stat()
-    os.chmod(staging, stat.S_IMODE(kept.st_mode))
-    with contextlib.suppress(OSError):  # another group may not be ours to give
-        os.chown(staging, -1, kept.st_gid)
+    _give_mode(staging, kept)
     try:
         output.rmdir()  # refuses a folder that stopped being empty
     except OSError as exc:
@@ -519,12 +519,18 @@ def _replace_empty_folder(staging: Path, output: Path) -> None:
     try:
         staging.rename(output)
     except OSError:
-        output.mkdir()
-        os.chmod(output, stat.S_IMODE(kept.st_mode))
-        with contextlib.suppress(OSError):
-            os.chown(output, -1, kept.st_gid)
+        with contextlib.suppress(OSError):  # the move's own error is the one to tell
+            output.mkdir()
+            _give_mode(output, kept)
         raise
     _remove_olds(output)
+
+
+def _give_mode(folder: Path, kept: os.stat_result) -> None:
+    """``folder`` takes the mode and, where this user may give it, the group in ``kept``."""
+    os.chmod(folder, stat.S_IMODE(kept.st_mode))
+    with contextlib.suppress(OSError):  # another group may not be ours to give
+        os.chown(folder, -1, kept.st_gid)
 
 
 def _remove_olds(output: Path) -> None:

@@ -102,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
     if result.adapter:
         print(f"         through the {result.adapter}")
     if result.cpu_fallback:
-        ops = ", ".join(f"{op} x{n}" for op, n in sorted(result.cpu_fallback.items()))
-        print(f"         nodes that ran on the CPU instead: {ops}")
+        from engine.runtime.session import fallback_note
+
+        print(f"         {fallback_note(result.cpu_fallback)}")
     built_for = result.package_ep
     if result.ep != built_for and built_for != "cpu":
         print(f"         built for {built_for}: add --ep {built_for} to check it there too")

@@ -38,6 +38,7 @@ from engine.runtime.limits import (
 )
 from engine.runtime.package import Package, open_package
 from engine.runtime.plugins import ort_plugin
+from engine.runtime.session import fallback_note
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -119,8 +120,7 @@ class BenchSession:
             notes.append(f"ran through the {plugin.adapter}")
         placement = getattr(runner, "placement", None)
         if placement is not None and placement.fallback_ops:
-            ops = ", ".join(f"{op} x{n}" for op, n in sorted(placement.fallback_ops.items()))
-            notes.append(f"nodes that ran on the CPU instead: {ops}")
+            notes.append(fallback_note(placement.fallback_ops))
         if config.media is not None:
             notes.append(
                 f"prompt with {config.media.describe()}, {runs[0].prompt_length} tokens after "

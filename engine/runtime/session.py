@@ -257,6 +257,14 @@ class Placement:
         }
 
 
+def fallback_note(fallback_ops: Mapping[str, int]) -> str:
+    """The sentence that says which nodes ran on the CPU instead of the EP ("" for none)."""
+    if not fallback_ops:
+        return ""
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallback_ops.items()))
+    return f"nodes that ran on the CPU instead: {ops}"
+
+
 def read_placement(handle: SessionHandle) -> Placement:
     """Stop profiling and count the nodes per provider of the run(s) so far.
 
