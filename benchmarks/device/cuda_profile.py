@@ -9,7 +9,8 @@ Per package and mode: the decode rate without the profiler (``--steps`` tokens a
 GPU microseconds per token, the busiest kernels (name, launches per token, µs per token),
 the GEMV / GEMM launches by kernel and grid (which projection shapes cost what),
 and the share of the step the GPU is busy at all (the rest is launch and host time). Also
-the prefill rate of a 1,024-token prompt (first call excluded).
+the prefill rate of a 1,024-token prompt (first call excluded), and one more such prefill
+profiled: its kernels by name and grid (``prefill_top_kernels``).
 
     python3 benchmarks/device/cuda_profile.py --cuda-site /tmp/site_cuda
 
@@ -191,6 +192,30 @@ if prompt_len < 1024:
         timings.append(time.perf_counter() - started)
     out["prefill_1024_tok_s"] = round(1024 / min(timings[1:]), 1)
     out["prefill_1024_first_s"] = round(timings[0], 3)
+    # where a 1,024-token prefill's GPU time goes, by kernel and by GEMM grid
+    gen = generator()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        gen.append_tokens(rng.integers(10, 200, 1024).tolist())
+        torch.cuda.synchronize()
+        window = time.perf_counter() - started
+    prof.export_chrome_trace(trace)
+    events = [e for e in json.load(open(trace))["traceEvents"] if e.get("cat") == "kernel"]
+    by_name = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        launch = by_name[(e["name"][:160], str(e.get("args", {}).get("grid")))]
+        launch[0] += 1
+        launch[1] += float(e.get("dur", 0))
+    busy = sum(t for _, t in by_name.values())
+    out["prefill_profiled_ms"] = round(window * 1e3, 2)
+    out["prefill_kernels"] = len(events)
+    out["prefill_gpu_busy_ms"] = round(busy / 1e3, 2)
+    out["prefill_top_kernels"] = [
+        {"kernel": name, "grid": grid, "launches": n, "us": round(t, 1),
+         "share": round(t / busy, 3)}
+        for (name, grid), (n, t) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:30]
+    ]
 free, total = torch.cuda.mem_get_info()
 out["gpu_used_mib_at_end"] = round((total - free) / 2**20)
 print("PROFILE_JSON", json.dumps(out))

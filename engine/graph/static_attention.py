@@ -23,11 +23,12 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
   buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
   fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
   (onnxruntime-genai allocates every cache in the type of the first past input);
-* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (with one KV head the scores
-  are a Gemm with K transposed in the kernel and the mask as its C; with several, an
-  Einsum over the head dimension; K is never transposed in memory) over a gathered window of
-  ``W + S - 1`` slots for sliding layers (their cost never depends on the buffer) and over
-  the whole buffer for full layers;
+* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (batch 1 under capture: with
+  one KV head the scores are a Gemm with K transposed in the kernel and the mask as its C,
+  with several an Einsum over the head dimension, K never transposed in memory; batched
+  (CUDA): q grouped per KV head, ``[B, kv, S * G, D]``, against K transposed once by the
+  KV owner, two batched MatMuls) over a gathered window of ``W + S - 1`` slots for sliding
+  layers (their cost never depends on the buffer) and over the whole buffer for full layers;
 * the K / V a KV owner prepares (a window gathered, V shaped for its MatMul) are reused by
   every KV-shared layer reading its cache.
 
@@ -74,7 +75,7 @@ class StaticInputs:
     """Sliding layers: the window's buffer slots (int32 [n]) and key positions ([B, n])."""
     buffer_positions: ir.Value | None = None
     """Full layers: key positions 0..L-1 of the KV buffer, [B, L] or [1, L]."""
-    bias: dict[tuple[AttentionKind, int], ir.Value] = field(default_factory=dict)
+    bias: dict[tuple[AttentionKind, int, int], ir.Value] = field(default_factory=dict)
     prepared: dict[int, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
     """KV owner's layer index -> (K, V), ready for the scores and the value MatMul."""
     kv_dtype: ir.DataType = KV_DTYPE
@@ -202,31 +203,38 @@ def _window(ctx: BuildContext, inputs: StaticInputs) -> tuple[ir.Value, ir.Value
 
 
 def _bias(
-    ctx: BuildContext, inputs: StaticInputs, kind: AttentionKind, key_positions: ir.Value, rank: int
+    ctx: BuildContext,
+    inputs: StaticInputs,
+    kind: AttentionKind,
+    key_positions: ir.Value,
+    rank: int,
+    repeats: int = 1,
 ) -> ir.Value:
-    """Additive fp32 mask [B, S, 1(, 1), T] (rank 4 or 5) for the Einsum's scores, or
-    [S * N, T] for the scores Gemm (rank 2: each new token's row once per head), or
-    [B, S * N, T] for the batched scores MatMul (rank 3)."""
-    if (kind, rank) not in inputs.bias:
+    """Additive fp32 mask for the scores, each new token's row ``repeats`` times (once per
+    query head that reads it): [S * N, T] for the scores Gemm (rank 2, batch 1), [B, S * N,
+    T] for the batched scores MatMul (rank 3), [B, 1, S * G, T] for the grouped batched one
+    (rank 4: several KV heads), or [B, S, 1, 1, T] for the Einsum's scores (rank 5)."""
+    if (kind, rank, repeats) not in inputs.bias:
         op = ctx.op
-        if rank in (2, 3):  # [(B,) S * N, 1] query positions against [(B,) 1, T] keys
-            heads = ctx.spec.num_attention_heads
-            ones = ctx.const(np.ones((1, heads), np.float32), name=f"ones_1x{heads}_f32")
+        if rank < 5:  # [(B,) S * repeats, 1] query positions against [(B,) 1, T] keys
+            ones = ctx.const(np.ones((1, repeats), np.float32), name=f"ones_1x{repeats}_f32")
             if rank == 2:  # batch 1
                 column = op.Mul(op.Reshape(inputs.positions, ctx.ints([-1, 1])), ones)
                 queries, keys = op.Reshape(column, ctx.ints([-1, 1])), key_positions
             else:
                 column = op.Mul(op.Unsqueeze(inputs.positions, ctx.ints([2])), ones)
-                queries = op.Reshape(column, ctx.ints([0, -1, 1]))  # [B, S * N, 1]
+                queries = op.Reshape(column, ctx.ints([0, -1, 1]))  # [B, S * repeats, 1]
                 keys = op.Unsqueeze(key_positions, ctx.ints([1]))
         else:  # [B, S, 1] against [B, 1, T]
             queries = op.Unsqueeze(inputs.positions, ctx.ints([2]))
             keys = op.Unsqueeze(key_positions, ctx.ints([1]))
         bias = _mask(ctx, kind, op.Sub(queries, keys), keys)
-        if rank > 3:
-            bias = op.Unsqueeze(bias, ctx.ints(list(range(2, rank - 1))))
-        inputs.bias[(kind, rank)] = bias
-    return inputs.bias[(kind, rank)]
+        if rank == 4:  # one row set for every KV head
+            bias = op.Unsqueeze(bias, ctx.ints([1]))
+        elif rank == 5:
+            bias = op.Unsqueeze(bias, ctx.ints([2, 3]))
+        inputs.bias[(kind, rank, repeats)] = bias
+    return inputs.bias[(kind, rank, repeats)]
 
 
 def _mask(ctx: BuildContext, kind: AttentionKind, distance: ir.Value, keys: ir.Value) -> ir.Value:
@@ -361,6 +369,8 @@ def _prepare(
     elif kv == 1:
         keys = op.Transpose(op.Reshape(keys, ctx.ints([0, -1, dim])), perm=[0, 2, 1])
         values = op.Reshape(values, ctx.ints([0, -1, dim]))
+    elif not inputs.batch_one:  # K transposed [B, kv, D, T], V as stored [B, kv, T, D]
+        keys = op.Transpose(keys, perm=[0, 1, 3, 2])
     else:
         values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
     inputs.prepared[layer.index] = (keys, values)
@@ -376,8 +386,13 @@ def attend(
     the mask added in the same kernel, and ``P @ V`` a 2-D MatMul. On the H200 under
     capture one decode step of that block costs 40 / 144 / 161 us at (T, D) = (512, 256),
     (4096, 256), (4096, 512) against 71 / 182 / 229 us as Einsum + Add
-    (benchmarks/device/webgpu_ops.py). Several KV heads: q grouped per KV head,
-    [B, S, kv, G, D], against K as stored in an Einsum over D (K is never transposed)."""
+    (benchmarks/device/webgpu_ops.py). Several KV heads, batch 1: q grouped per KV head,
+    [B, S, kv, G, D], against K as stored in an Einsum over D (K is never transposed).
+    Several, batched (CUDA): q as [B, kv, S * G, D] rows against K^T [B, kv, D, T], each a
+    strided batched GEMM over B * kv. The Einsum form there ran ``P @ V`` as S * kv GEMMs of
+    G rows (batch dims [B, S, kv] against [B, 1, kv]): on an H100 E4B's 1,024-token fp16
+    prefill went 11,854 -> 28,628 tok/s and its decode 140.4 -> 144.4 tok/s at 4,096
+    (benchmarks/results/cuda_profile-2026-12-07-h100-e4b-grouped-attention-before-after.json)."""
     op = ctx.op
     n, kv, dim = ctx.spec.num_attention_heads, layer.num_kv_heads, layer.head_dim
     keys, values = inputs.prepared[source]
@@ -387,13 +402,13 @@ def attend(
         assert inputs.buffer_positions is not None
         key_positions = inputs.buffer_positions
     if kv == 1 and not inputs.batch_one:  # [B, S * N, D] @ [B, D, T], batched
-        bias = _bias(ctx, inputs, layer.attention, key_positions, 3)
+        bias = _bias(ctx, inputs, layer.attention, key_positions, 3, n)
         rows = op.Reshape(query, ctx.ints([0, -1, dim]))
         scores = scaled(ctx, op.MatMul(rows, keys), layer.attention_scale, F32)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, -1, n * dim]))
     elif kv == 1:
-        bias = _bias(ctx, inputs, layer.attention, key_positions, 2)
+        bias = _bias(ctx, inputs, layer.attention, key_positions, 2, n)
         rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
         scale = layer.attention_scale
         # alpha is Gemm's own factor on A @ B^T (before the bias): the scale costs no node.
@@ -405,6 +420,17 @@ def attend(
         probs = op.Softmax(scores, axis=-1)
         out = op.MatMul(probs, values)
         out = op.Reshape(out, ctx.ints([1, -1, n * dim]))
+    elif not inputs.batch_one:  # q per KV head [B, kv, S * G, D] @ K^T [B, kv, D, T]
+        group = n // kv
+        bias = _bias(ctx, inputs, layer.attention, key_positions, 4, group)
+        grouped = op.Transpose(
+            op.Reshape(query, ctx.ints([0, 0, kv, group * dim])), perm=[0, 2, 1, 3]
+        )
+        rows = op.Reshape(grouped, ctx.ints([0, kv, -1, dim]))
+        scores = scaled(ctx, op.MatMul(rows, keys), layer.attention_scale, F32)
+        probs = op.Softmax(op.Add(scores, bias), axis=-1)
+        out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, kv, -1, group * dim]))
+        out = op.Reshape(op.Transpose(out, perm=[0, 2, 1, 3]), ctx.ints([0, 0, n * dim]))
     else:
         shape = [0, 0, kv, n // kv, dim]
         bias = _bias(ctx, inputs, layer.attention, key_positions, len(shape))
