@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from app.load_check import LoadCheck
     from engine.audit import SessionAudit
     from engine.inspect import PackageInfo
-    from engine.runtime.bench import BenchResult
+    from engine.runtime.bench import BenchConfig, BenchResult
+    from engine.runtime.bench_record import CaptureMode
     from engine.runtime.generation import Agreement
+    from engine.runtime.media import MediaPrompt
     from engine.runtime.package import Package
     from engine.runtime.verify import VerifyResult
-
-CaptureMode = Literal["off", "on", "both"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,28 @@ class BenchOutcome:
     cancelled: bool = False
 
 
+BENCH_SETTINGS = ("prompt_len", "new_tokens", "repeats", "graph_capture")
+"""The Benchmark tab's settings a quick look may change (it has no warm-up control)."""
+
+
+def slow_bench_note(request: BenchRequest) -> str | None:
+    """What to say before a benchmark that a software adapter makes last minutes (the
+    engine's ``slow_bench_warning``, in the app's words), or None. Cheap once the tab has
+    its :class:`PackageFacts` (the plugin is registered by then)."""
+    from app.wording import render
+    from engine.runtime.bench import slow_bench_warning
+    from engine.runtime.package import open_package
+
+    if request.images or request.audios:
+        return None  # genai's processor makes the prompt: its length is not known here
+    try:
+        package = open_package(request.package)
+    except EngineError:
+        return None  # the run itself says what is wrong
+    warning = slow_bench_warning(package, _bench_config(request), request.capture, BENCH_SETTINGS)
+    return render(warning) if warning is not None else None
+
+
 def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) -> BenchOutcome:
     """Benchmark capture off and/or on; a later run that fails or is cancelled keeps the
     earlier run's results (the outcome says what happened). A request with images or
@@ -142,7 +164,7 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
     Raises:
         EngineError: The first run failed (nothing to keep); CancelledError included.
     """
-    from engine.runtime.bench import BenchConfig, run_bench
+    from engine.runtime.bench import run_bench
     from engine.runtime.generation import compare
     from engine.runtime.media import MediaPrompt
     from engine.runtime.package import open_package
@@ -154,14 +176,7 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
             request.prompt, tuple(map(str, request.images)), tuple(map(str, request.audios))
         )
         media.check(package)
-    config = BenchConfig(
-        runtime=request.runtime,
-        media=media,
-        ep=request.ep,
-        prompt_length=request.prompt_len,
-        new_tokens=request.new_tokens,
-        repeats=request.repeats,
-    )
+    config = _bench_config(request, media)
     captures = {"off": (False,), "on": (True,), "both": (False, True)}[request.capture]
     results: list[BenchResult] = []
     generations = []
@@ -188,6 +203,19 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
         generations.append(generation)
     agreement = compare(generations[0], generations[1]) if len(generations) == 2 else None
     return BenchOutcome(request, tuple(results), agreement)
+
+
+def _bench_config(request: BenchRequest, media: MediaPrompt | None = None) -> BenchConfig:
+    from engine.runtime.bench import BenchConfig
+
+    return BenchConfig(
+        runtime=request.runtime,
+        media=media,
+        ep=request.ep,
+        prompt_length=request.prompt_len,
+        new_tokens=request.new_tokens,
+        repeats=request.repeats,
+    )
 
 
 def _capture_failed(exc: BaseException) -> str:

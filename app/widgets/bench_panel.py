@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from app.bench_controller import BenchController
 from app.bench_metrics import METRICS
 from app.history import BenchRun
-from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts
+from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts, slow_bench_note
 from app.state import StudioState
 from app.widgets.deferred import Deferred
 from app.widgets.media_inputs import MediaInputs, media_words
@@ -344,7 +344,11 @@ class BenchPanel(QWidget):
             self.run_button.setEnabled(False)
             self.cancel_button.setEnabled(True)
             self.progress.setValue(0)
-            self._say("Running…", "off")
+            slow = slow_bench_note(request)
+            if slow is None:
+                self._say("Running…", "off")
+            else:  # minutes on a software adapter: say so, and what a quick look takes
+                self._say(f"Running… {slow}.", "warning")
         return worker
 
     def _package_changed(self, path: Path | None) -> None:
@@ -375,12 +379,7 @@ class BenchPanel(QWidget):
                 f"{first.time_to_first_token_seconds * 1e3:,.0f} ms with the encoders, then "
                 f"{first.decode_tokens_per_second:,.1f} tok/s."
             )
-        adapters = {
-            note.removeprefix("ran through the ")
-            for r in outcome.results
-            for note in r.notes
-            if note.startswith("ran through the ")
-        }
+        adapters = {r.adapter for r in outcome.results if r.adapter}
         lines += [f"Ran on the {adapter}." for adapter in sorted(adapters)]
         if outcome.agreement is not None:
             a = outcome.agreement

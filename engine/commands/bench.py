@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from engine.commands._args import count, print_json, progress_bar
-from engine.errors import CancelledError, OptionsError, option
+from engine.errors import CancelledError, OptionsError, option, render_message
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         compare_capture,
         fit_lengths,
         run_bench,
+        slow_bench_warning,
         validate_capture,
     )
     from engine.runtime.media import MediaPrompt
@@ -111,10 +113,14 @@ def run(args: argparse.Namespace) -> int:
     mode = args.graph_capture
     if mode == "auto":
         mode = "both" if _can_capture(package, args.ep) else "off"
-    elif mode in ("on", "both") and (problem := package.capture_problem(args.ep)):
+    elif mode in ("on", "both") and (obstacle := package.capture_obstacle(args.ep)):
         # Refused before anything runs (``both`` would time the capture-off run first).
-        also = "or " if "export it with" in problem else ""
-        raise OptionsError(f"graph capture: {problem}; {also}use {option('graph_capture', 'off')}")
+        off = f"use {option('graph_capture', 'off')}"
+        fix = f"{obstacle}; or {off}" if obstacle.rebuild else f"{obstacle}; {off}"
+        raise OptionsError(f"graph capture: {fix}")
+    warning = slow_bench_warning(package, config, mode)
+    if warning is not None:  # before minutes of a software adapter: what a quick look takes
+        print(f"note: {render_message(warning)}", file=sys.stderr, flush=True)
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":

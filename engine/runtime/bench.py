@@ -13,7 +13,8 @@ import os
 import statistics
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from engine.runtime.bench_record import (
     BenchConfig,
     BenchResult,
     CaptureComparison,
+    CaptureMode,
     Outcome,
     RuntimeName,
 )
@@ -39,6 +41,7 @@ from engine.runtime.limits import (
 from engine.runtime.package import Package, open_package
 from engine.runtime.plugins import ort_plugin
 from engine.runtime.session import fallback_note
+from engine.units import format_bytes
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -70,6 +73,90 @@ def check_fits(package: Package, config: BenchConfig) -> None:
     # genai's processor makes the prompt (its length is checked once it is processed)
     check_lengths(package, 1, config.new_tokens, least_new=2)
     config.media.check(package)
+
+
+SOFTWARE_BYTES_PER_CORE_SECOND = 0.5e9
+"""About how many bytes of decoder weights Mesa's software Vulkan (lavapipe) gets through
+per second and CPU core, per token: E2B's INT4 WebGPU package (2.7 GiB) prefilled 0.6 and
+decoded 0.4 tok/s on 2 cores (``python -m engine bench PACKAGE --prompt-len 16
+--new-tokens 8 --repeats 1 --warmup 0``, December 7)."""
+SLOW_BENCH_SECONDS = 60.0
+"""A benchmark estimated longer than this on a software adapter is announced first."""
+QUICK_LOOK: dict[str, int | str] = {
+    "prompt_len": 16,
+    "new_tokens": 8,
+    "repeats": 1,
+    "warmup": 0,
+    "graph_capture": "off",
+}
+"""The settings :func:`slow_bench_warning` offers instead, by option key."""
+
+
+def software_adapter_seconds(
+    package: Package, config: BenchConfig, capture: CaptureMode
+) -> tuple[str, float] | None:
+    """(the adapter in words, roughly how many seconds the benchmark takes) when the EP
+    runs on a software adapter here (lavapipe, no GPU), else None. Every prompt and new
+    token of every run (warm-ups, timed runs, the capture check's runs with logits) reads
+    the decoder's weights once."""
+    plugin = ort_plugin(get_caps(config.ep or package.ep).ort_provider)
+    if plugin is None or not plugin.software:
+        return None
+    per_setting = config.warmup + config.repeats
+    runs = {"off": per_setting, "on": per_setting + 2, "both": 2 * (per_setting + 1)}[capture]
+    tokens = runs * (config.prompt_length + config.new_tokens)
+    rate = SOFTWARE_BYTES_PER_CORE_SECOND * (os.cpu_count() or 1)
+    return plugin.adapter, tokens * decoder_bytes(package) / rate
+
+
+def decoder_bytes(package: Package) -> int:
+    """The decoder's graph and its external data files (``model.onnx*``)."""
+    decoder = package.decoder_file
+    return sum(f.stat().st_size for f in decoder.parent.glob(f"{decoder.name}*") if f.is_file())
+
+
+def slow_bench_warning(
+    package: Package,
+    config: BenchConfig,
+    capture: CaptureMode,
+    settable: Collection[str] = tuple(QUICK_LOOK),
+) -> str | None:
+    """What to say before a benchmark that a software adapter makes last more than
+    :data:`SLOW_BENCH_SECONDS` (option markup), with the :data:`QUICK_LOOK` settings among
+    ``settable`` (the option keys this face offers) and how long they take; None otherwise."""
+    from engine.errors import option
+
+    estimate = software_adapter_seconds(package, config, capture)
+    if estimate is None or estimate[1] <= SLOW_BENCH_SECONDS:
+        return None
+    adapter, seconds = estimate
+    quick = {key: value for key, value in QUICK_LOOK.items() if key in settable}
+    quick_config = replace(
+        config,
+        prompt_length=int(quick.get("prompt_len", config.prompt_length)),
+        new_tokens=int(quick.get("new_tokens", config.new_tokens)),
+        repeats=int(quick.get("repeats", config.repeats)),
+        warmup=int(quick.get("warmup", config.warmup)),
+    )
+    quick_capture: CaptureMode = "off" if "graph_capture" in quick else capture
+    _, quick_seconds = software_adapter_seconds(package, quick_config, quick_capture) or ("", 0.0)
+    said = (
+        f"{package.path.name} runs through the {adapter} here: its "
+        f"{format_bytes(decoder_bytes(package))} decoder makes this benchmark take roughly "
+        f"{_duration(seconds)}"
+    )
+    if quick_seconds > 0.5 * seconds:
+        return said  # already about as quick as a look gets
+    settings = " ".join(option(key, value) for key, value in quick.items())
+    return f"{said}; {settings} takes about {_duration(quick_seconds)}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(round(seconds), 1)} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} minutes"
+    return f"{seconds / 3600:.1f} hours"
 
 
 def bench_prompt(vocab_size: int, length: int, seed: int = 0) -> list[int]:
@@ -151,6 +238,7 @@ class BenchSession:
             peak_rss_scope=peak_rss_scope,
             tokens=runs[0].tokens,
             placement=placement.to_json() if placement is not None else None,
+            adapter=plugin.adapter if plugin is not None else None,
             notes=tuple(notes),
             media=config.media.kinds if config.media is not None else (),
         )

@@ -18,6 +18,9 @@ from engine.runtime.media import MediaPrompt
 from engine.runtime.runner import KvMode
 
 RuntimeName = Literal["ort", "genai"]
+CaptureMode = Literal["off", "on", "both"]
+"""Graph capture in a benchmark: without, with (checked against a run without), or
+both side by side."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class BenchResult:
     tokens: tuple[int, ...] = ()
     """Greedy tokens of the first timed run."""
     placement: dict[str, Any] | None = None
+    adapter: str | None = None
+    """How a plugin EP ran (its version, a GPU or the software adapter); None for a
+    built-in EP."""
     notes: tuple[str, ...] = field(default=())
     media: tuple[str, ...] = ()
     """What the prompt carried besides text, one entry per file (``image``, ``audio``);

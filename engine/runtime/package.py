@@ -123,13 +123,33 @@ class Package:
         None (:func:`capture_problem`)."""
         return capture_problem(self.ep, self.share_buffer, ep)
 
+    def capture_obstacle(self, ep: str | None = None) -> CaptureObstacle | None:
+        """:func:`capture_obstacle` for this package on ``ep`` (None: its own EP)."""
+        return capture_obstacle(self.ep, self.share_buffer, ep)
+
     @property
     def quantized(self) -> bool:
         options = (self.manifest or {}).get("options") or {}
         return bool(options.get("weight_bits") or options.get("embedding_bits"))
 
 
-def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -> str | None:
+@dataclass(frozen=True)
+class CaptureObstacle:
+    """Why a package cannot run under graph capture on an EP, and the export that would
+    let it, when one would."""
+
+    why: str
+    rebuild: str | None = None
+    """What to export instead (option markup), or None when no export of this package's
+    kind would capture there."""
+
+    def __str__(self) -> str:
+        return f"{self.why}: {self.rebuild}" if self.rebuild else self.why
+
+
+def capture_obstacle(
+    built_for: str, share_buffer: bool, ep: str | None = None
+) -> CaptureObstacle | None:
     """Why a package built for EP ``built_for`` cannot run under graph capture on ``ep``
     (None: ``built_for``), or None. Capture replays a graph built for it: the EP must
     capture (from Python), the KV must be one shared buffer, and the package must have been
@@ -137,17 +157,26 @@ def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -
     captured, it gives other tokens than without capture)."""
     caps = get_caps(ep or built_for)
     if not caps.graph_capture:
-        return f"{caps.display_name} has no graph capture"
+        return CaptureObstacle(f"{caps.display_name} has no graph capture")
     if not share_buffer:
-        return "the package does not share past/present KV (capture needs one buffer)"
+        return CaptureObstacle(
+            "the package does not share past/present KV (capture needs one buffer)"
+        )
     if not caps.capture_option:
-        return f"graph capture on {caps.display_name} is not available from Python"
+        return CaptureObstacle(f"graph capture on {caps.display_name} is not available from Python")
     if caps.name != built_for:
-        return (
+        return CaptureObstacle(
             f"the package was built for {get_caps(built_for).display_name}, not for capture "
-            f"on {caps.display_name}: export it with {option('ep', caps.name)}"
+            f"on {caps.display_name}",
+            f"export it with {option('ep', caps.name)}",
         )
     return None
+
+
+def capture_problem(built_for: str, share_buffer: bool, ep: str | None = None) -> str | None:
+    """:func:`capture_obstacle` as one sentence, or None."""
+    obstacle = capture_obstacle(built_for, share_buffer, ep)
+    return None if obstacle is None else str(obstacle)
 
 
 def open_package(path: str | os.PathLike[str]) -> Package:

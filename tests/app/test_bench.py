@@ -142,6 +142,35 @@ def test_eps_this_onnxruntime_lacks_are_disabled_and_the_advice_names_the_select
     assert "“Execution provider”" in window.banner.text and "--ep" not in window.banner.text
 
 
+def test_a_long_benchmark_on_the_software_adapter_is_announced_when_it_starts(
+    qtbot, window: MainWindow, packages, monkeypatch
+):
+    """On lavapipe a full-size package takes an hour with the tab's defaults: Run says so,
+    with the tab's own settings for a quick look (it has no warm-up control)."""
+    from engine.runtime import bench as bench_module
+
+    panel = _open(qtbot, window, packages["webgpu"])
+    panel.ep.setCurrentIndex(panel.ep.findData("webgpu"))
+    panel.capture.setCurrentIndex(panel.capture.findData("off"))
+    panel.prompt_len.setValue(64)  # well over a quick look's tokens
+    panel.new_tokens.setValue(16)
+    # as slow per byte as lavapipe is on a decoder ten thousand times this one's size
+    monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 5e4)
+    with qtbot.waitSignal(panel.finished, timeout=120_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        said = panel.note.text()
+    assert said.startswith("Running… webgpu runs through the WebGpuExecutionProvider plugin")
+    assert "software adapter (lavapipe, no GPU) here" in said and "roughly" in said
+    assert "“Prompt tokens: 16” “New tokens: 8” “Repeats: 1”" in said
+    assert "arm-up" not in said and "--" not in said
+    assert "Done: 1 run recorded." in panel.note.text()
+    monkeypatch.undo()
+    qtbot.waitUntil(panel.run_button.isEnabled)  # the worker has let go
+    with qtbot.waitSignal(panel.finished, timeout=120_000):  # seconds: nothing to announce
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        assert panel.note.text() == "Running…"
+
+
 def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     qtbot, window: MainWindow, packages, screens
 ):
@@ -159,6 +188,7 @@ def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     assert [r.graph_capture for r in outcome.results] == [False, True]
     assert {r.provider for r in outcome.results} == {"WebGpuExecutionProvider"}
     assert all(any("software adapter" in n for n in r.notes) for r in outcome.results)
+    assert all("software adapter" in (r.adapter or "") for r in outcome.results)
     assert panel.table.rowCount() == 2
     assert "Ran on the WebGpuExecutionProvider plugin" in panel.note.text()
     assert "software adapter" in panel.note.text()

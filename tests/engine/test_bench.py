@@ -202,7 +202,12 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
     differ from the uncaptured run. ``auto`` runs it without capture; asking for capture
     says why not and what to do, before anything runs."""
     from engine.errors import render_message
-    from engine.runtime.package import capture_problem, open_package
+    from engine.runtime.package import (
+        CaptureObstacle,
+        capture_obstacle,
+        capture_problem,
+        open_package,
+    )
 
     opened = open_package(package)
     assert opened.ep == "cpu" and opened.share_buffer
@@ -212,9 +217,19 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
     assert capture_problem("webgpu", True, "webgpu") is None
     assert capture_problem("webgpu", True, None) is None
     assert "has no graph capture" in str(capture_problem("webgpu", True, "cpu"))
+    # The export that would capture is its own field, so callers need not parse the text.
+    obstacle = opened.capture_obstacle("webgpu")
+    assert obstacle is not None and obstacle.rebuild is not None
+    assert render_message(obstacle.rebuild) == "export it with --ep webgpu"
+    assert str(obstacle) == opened.capture_problem("webgpu")
+    assert capture_obstacle("webgpu", True, "cpu") == CaptureObstacle("CPU has no graph capture")
+    assert capture_obstacle("webgpu", False).rebuild is None  # type: ignore[union-attr]
     result = cli("bench", str(package), "--ep", "webgpu", "--graph-capture", "both", "--quiet")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "built for CPU" in result.stderr and "--graph-capture off" in result.stderr
+    assert result.stderr.strip().endswith(
+        "graph capture: the package was built for CPU, not for capture on WebGPU: export it "
+        "with --ep webgpu; or use --graph-capture off"
+    ), result.stderr
     assert "Traceback" not in result.stderr
     # On its own EP too: refused before the capture-off run, in one sentence.
     for mode in ("on", "both"):
@@ -266,3 +281,83 @@ def test_the_capture_check_says_what_it_compared(tmp_path: Path):
         (said[mode],) = [line for line in result.stdout.splitlines() if "capture vs" in line]
     assert said["on"].startswith("capture vs an untimed run without it: same tokens")
     assert said["both"].startswith("capture vs no capture: same tokens")
+
+
+def _software_plugin(monkeypatch: pytest.MonkeyPatch, cores: int = 2) -> None:
+    """Every EP runs through a plugin on the software adapter, on ``cores`` CPU cores."""
+    from engine.runtime import bench as bench_module
+    from engine.runtime.plugins import PluginDevice
+
+    device = PluginDevice("WebGpuExecutionProvider", "lib.so", "0.4.0", (), software=True)
+    monkeypatch.setattr(bench_module, "ort_plugin", lambda provider: device)
+    monkeypatch.setattr(bench_module.os, "cpu_count", lambda: cores)
+
+
+def test_a_software_adapter_estimate_counts_every_token_of_every_run(
+    package: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """lavapipe reads the decoder's weights once per token: warm-ups, timed runs and the
+    capture check's runs with logits each count; a GPU or a built-in EP gives no estimate."""
+    from engine.runtime import bench as bench_module
+    from engine.runtime.bench import BenchConfig, decoder_bytes, software_adapter_seconds
+    from engine.runtime.package import open_package
+
+    opened = open_package(package)
+    config = BenchConfig(prompt_length=10, new_tokens=6, repeats=3, warmup=1)
+    monkeypatch.setattr(bench_module, "ort_plugin", lambda provider: None)
+    assert software_adapter_seconds(opened, config, "off") is None
+    _software_plugin(monkeypatch, cores=4)
+    size = decoder_bytes(opened)
+    assert size == sum(f.stat().st_size for f in package.glob("model.onnx*"))
+    per_run = 16 * size / (bench_module.SOFTWARE_BYTES_PER_CORE_SECOND * 4)
+    for capture, runs in (("off", 4), ("on", 6), ("both", 10)):
+        adapter, seconds = software_adapter_seconds(opened, config, capture)  # type: ignore[misc]
+        assert "software adapter" in adapter
+        assert seconds == pytest.approx(runs * per_run), capture
+
+
+def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """A bare full-size bench on lavapipe took an hour: before it starts, the user reads how
+    long, and the settings that take about a minute (the studio's without a warm-up control)."""
+    from engine.cli import main
+    from engine.errors import render_message
+    from engine.runtime import bench as bench_module
+    from engine.runtime.bench import BenchConfig, slow_bench_warning
+    from engine.runtime.package import open_package
+
+    _software_plugin(monkeypatch)
+    opened = open_package(package)
+    config = BenchConfig(prompt_length=128, new_tokens=64, repeats=3, warmup=1)
+    assert slow_bench_warning(opened, config, "both") is None  # a tiny decoder: seconds
+    # The same benchmark of a decoder 10,000 times this one's size per second of lavapipe:
+    monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 5e4)
+    warning = render_message(slow_bench_warning(opened, config, "both") or "")
+    assert f"{package.name} runs through the WebGpuExecutionProvider plugin 0.4.0, " in warning
+    assert "software adapter (lavapipe, no GPU) here" in warning
+    assert warning.endswith(
+        "--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0 --graph-capture off takes "
+        "about 8 minutes"
+    ), warning
+    studio = slow_bench_warning(
+        opened, config, "both", ("prompt_len", "new_tokens", "repeats", "graph_capture")
+    )
+    assert studio is not None and "{opt:warmup" not in studio
+    # Settings already about that quick: how long, and no advice to do what they do.
+    quick = BenchConfig(prompt_length=20, new_tokens=8, repeats=1, warmup=0)
+    said = render_message(slow_bench_warning(opened, quick, "off") or "")
+    assert said.endswith("decoder makes this benchmark take roughly 9 minutes"), said
+    # The CLI says it on stderr before the first run (here the CPU runs it in seconds).
+    code = main(
+        ["bench", str(package), "--prompt-len", "4", "--new-tokens", "2", "--repeats", "1",
+         "--warmup", "0", "--graph-capture", "off", "--quiet", "--json"]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0
+    assert out.err.startswith(f"note: {package.name} runs through the ")
+    record = json.loads(out.out)  # stdout stays JSON, the adapter a field of it
+    assert (
+        record["adapter"]
+        == "WebGpuExecutionProvider plugin 0.4.0, software adapter (lavapipe, no GPU)"
+    )

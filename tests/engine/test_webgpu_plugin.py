@@ -96,6 +96,9 @@ def test_genai_runs_the_plugin_and_the_bench_says_which_adapter(plugin, qwen3):
     assert result.on is not None and result.agreement is not None, result
     assert result.agreement.same_tokens and result.agreement.max_abs_logit_diff == 0.0
     assert any(plugin.adapter in note for note in result.off.notes)
+    # ... and as a field of its own, which JSON readers and the studio's history keep.
+    assert result.off.adapter == result.on.adapter == plugin.adapter
+    assert result.to_json()["off"]["adapter"] == plugin.adapter
 
 
 def test_the_audit_measures_placement_on_the_plugin(plugin, qwen3):
