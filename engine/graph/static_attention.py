@@ -29,8 +29,8 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
   (CUDA): q grouped per KV head, ``[B, kv, S * G, D]``, against K transposed once by the
   KV owner, two batched MatMuls) over a gathered window of ``W + S - 1`` slots for sliding
   layers (their cost never depends on the buffer) and over the whole buffer for full layers;
-* the K / V a KV owner prepares (a window gathered, V shaped for its MatMul) are reused by
-  every KV-shared layer reading its cache.
+* the K / V a KV owner prepares (a window gathered, read back as fp32, shaped or
+  transposed for the MatMuls) are reused by every KV-shared layer reading its cache.
 
 Shapes are static under capture (batch 1), every op stays on the device (on CUDA the full
 layers' key positions are a Range over the buffer's length, read on the host). The
@@ -343,10 +343,11 @@ def _prepare(
     attends over, the sliding window's slots (not batch 1: each row's own) or the
     whole buffer, shaped once for every layer that reads them. One KV head: K and V
     [T, D] (batch 1) for the scores Gemm and P @ V; not batch 1, K transposed [B, D, T]
-    and V [B, T, D] for batched MatMuls. Several: K [B, kv, T, D] as stored for the
-    scores Einsum (K is never transposed), V [B, 1, kv, T, D] against probabilities
-    [B, S, kv, G, T]. Buffers of another dtype are read back as fp32 here, once for every
-    layer that reads them."""
+    and V [B, T, D] for batched MatMuls. Several, batch 1: K [B, kv, T, D] as stored for
+    the scores Einsum (K is never transposed), V [B, 1, kv, T, D] against probabilities
+    [B, S, kv, G, T]; not batch 1: K transposed [B, kv, D, T] and V as stored [B, kv, T, D]
+    for batched MatMuls over [B, kv, S * G, ...]. Buffers of another dtype are read back as
+    fp32 here, once for every layer that reads them."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
     if layer.attention == "sliding" and inputs.batch_one:

