@@ -152,7 +152,9 @@ def slow_bench_note(request: BenchRequest) -> str | None:
         package = open_package(request.package)
     except EngineError:
         return None  # the run itself says what is wrong
-    warning = slow_bench_warning(package, _bench_config(request), request.capture, BENCH_SETTINGS)
+    warning = slow_bench_warning(
+        package, _bench_config(request), request.capture, BENCH_SETTINGS, capture_check=False
+    )
     return render(warning) if warning is not None else None
 
 

@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         off = f"use {option('graph_capture', 'off')}"
         fix = f"{obstacle}; or {off}" if obstacle.rebuild else f"{obstacle}; {off}"
         raise OptionsError(f"graph capture: {fix}")
-    warning = slow_bench_warning(package, config, mode)
+    # (a prompt with media is genai's processor's: its length is not known here)
+    warning = slow_bench_warning(package, config, mode) if media is None else None
     if warning is not None:  # before minutes of a software adapter: what a quick look takes
         print(f"note: {render_message(warning)}", file=sys.stderr, flush=True)
     with progress_bar(args.quiet or args.json) as progress:

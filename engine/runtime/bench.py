@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from engine.caps import get_caps
+from engine.errors import option
 from engine.progress import CancelToken, Progress, no_progress, sub_progress
 from engine.runtime.bench_record import (
     BenchConfig,
@@ -75,44 +76,70 @@ def check_fits(package: Package, config: BenchConfig) -> None:
     config.media.check(package)
 
 
-SOFTWARE_BYTES_PER_CORE_SECOND = 0.5e9
-"""About how many bytes of decoder weights Mesa's software Vulkan (lavapipe) gets through
-per second and CPU core, per token: E2B's INT4 WebGPU package (2.7 GiB) prefilled 0.6 and
-decoded 0.4 tok/s on 2 cores (``python -m engine bench PACKAGE --prompt-len 16
---new-tokens 8 --repeats 1 --warmup 0``, December 7)."""
+SOFTWARE_BYTES_PER_CORE_SECOND = 0.3e9
+"""About how many bytes of weights Mesa's software Vulkan (lavapipe) gets through per
+second and CPU core, one token at a time: E2B's INT4 WebGPU package (1.2 GiB read per
+token, its 1.5 GiB of gathered tables aside) prefilled 0.6 and decoded 0.4 tok/s on 2
+cores (``python -m engine bench PACKAGE --prompt-len 16 --new-tokens 8 --repeats 1
+--warmup 0``, December 7)."""
 SLOW_BENCH_SECONDS = 60.0
 """A benchmark estimated longer than this on a software adapter is announced first."""
-QUICK_LOOK: dict[str, int | str] = {
-    "prompt_len": 16,
-    "new_tokens": 8,
-    "repeats": 1,
-    "warmup": 0,
-    "graph_capture": "off",
+QUICK_LOOK: dict[str, tuple[int | str, str]] = {
+    "prompt_len": (16, option("prompt_len", 16)),
+    "new_tokens": (8, option("new_tokens", 8)),
+    "repeats": (1, option("repeats", 1)),
+    "warmup": (0, option("warmup", 0)),
+    "graph_capture": ("off", option("graph_capture", "off")),
 }
-"""The settings :func:`slow_bench_warning` offers instead, by option key."""
+"""The settings :func:`slow_bench_warning` offers instead: option key -> (value, markup)."""
 
 
 def software_adapter_seconds(
-    package: Package, config: BenchConfig, capture: CaptureMode
+    package: Package, config: BenchConfig, capture: CaptureMode, capture_check: bool = True
 ) -> tuple[str, float] | None:
     """(the adapter in words, roughly how many seconds the benchmark takes) when the EP
     runs on a software adapter here (lavapipe, no GPU), else None. Every prompt and new
-    token of every run (warm-ups, timed runs, the capture check's runs with logits) reads
-    the decoder's weights once."""
+    token of every run reads the weights once (:func:`weights_per_token`): warm-ups, timed
+    runs, and with ``capture_check`` (the CLI's) the capture run's check against a run
+    without capture, each with logits."""
     plugin = ort_plugin(get_caps(config.ep or package.ep).ort_provider)
     if plugin is None or not plugin.software:
         return None
     per_setting = config.warmup + config.repeats
-    runs = {"off": per_setting, "on": per_setting + 2, "both": 2 * (per_setting + 1)}[capture]
-    tokens = runs * (config.prompt_length + config.new_tokens)
-    rate = SOFTWARE_BYTES_PER_CORE_SECOND * (os.cpu_count() or 1)
-    return plugin.adapter, tokens * decoder_bytes(package) / rate
+    checked = 2 if capture_check else 0
+    runs = {"off": per_setting, "on": per_setting + checked, "both": 2 * (per_setting + 1)}
+    tokens = runs[capture] * (config.prompt_length + config.new_tokens)
+    rate = SOFTWARE_BYTES_PER_CORE_SECOND * _cores()
+    return plugin.adapter, tokens * weights_per_token(package) / rate
 
 
-def decoder_bytes(package: Package) -> int:
-    """The decoder's graph and its external data files (``model.onnx*``)."""
-    decoder = package.decoder_file
-    return sum(f.stat().st_size for f in decoder.parent.glob(f"{decoder.name}*") if f.is_file())
+def weights_per_token(package: Package) -> int:
+    """Bytes of the decoder's weights a token reads: every initializer but the tables only
+    gathered from (embeddings, per-layer tables: a few rows a token). From the graph alone;
+    external data is not read."""
+    import onnx
+
+    model = onnx.load(str(package.decoder_file), load_external_data=False)
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    total = 0
+    for tensor in model.graph.initializer:
+        ops = readers.get(tensor.name, set())
+        if ops and all(op.startswith("Gather") for op in ops):
+            continue
+        lengths = [int(e.value) for e in tensor.external_data if e.key == "length"]
+        total += lengths[0] if lengths else len(tensor.raw_data)
+    return total
+
+
+def _cores() -> int:
+    """CPU cores this process may run on (lavapipe runs a thread per core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def slow_bench_warning(
@@ -120,17 +147,18 @@ def slow_bench_warning(
     config: BenchConfig,
     capture: CaptureMode,
     settable: Collection[str] = tuple(QUICK_LOOK),
+    capture_check: bool = True,
 ) -> str | None:
     """What to say before a benchmark that a software adapter makes last more than
     :data:`SLOW_BENCH_SECONDS` (option markup), with the :data:`QUICK_LOOK` settings among
-    ``settable`` (the option keys this face offers) and how long they take; None otherwise."""
-    from engine.errors import option
-
-    estimate = software_adapter_seconds(package, config, capture)
+    ``settable`` (the option keys this face offers) that differ from the chosen ones and
+    how long they take; None otherwise. ``capture_check``: as
+    :func:`software_adapter_seconds`."""
+    estimate = software_adapter_seconds(package, config, capture, capture_check)
     if estimate is None or estimate[1] <= SLOW_BENCH_SECONDS:
         return None
     adapter, seconds = estimate
-    quick = {key: value for key, value in QUICK_LOOK.items() if key in settable}
+    quick = {key: value for key, (value, _) in QUICK_LOOK.items() if key in settable}
     quick_config = replace(
         config,
         prompt_length=int(quick.get("prompt_len", config.prompt_length)),
@@ -139,16 +167,25 @@ def slow_bench_warning(
         warmup=int(quick.get("warmup", config.warmup)),
     )
     quick_capture: CaptureMode = "off" if "graph_capture" in quick else capture
-    _, quick_seconds = software_adapter_seconds(package, quick_config, quick_capture) or ("", 0.0)
+    chosen: dict[str, int | str] = {
+        "prompt_len": config.prompt_length,
+        "new_tokens": config.new_tokens,
+        "repeats": config.repeats,
+        "warmup": config.warmup,
+        "graph_capture": capture,
+    }
+    _, quick_seconds = software_adapter_seconds(
+        package, quick_config, quick_capture, capture_check
+    ) or ("", 0.0)
     said = (
-        f"{package.path.name} runs through the {adapter} here: its "
-        f"{format_bytes(decoder_bytes(package))} decoder makes this benchmark take roughly "
-        f"{_duration(seconds)}"
+        f"{package.path.name} runs through the {adapter} here: each token reads "
+        f"{format_bytes(weights_per_token(package))} of its weights, so this benchmark takes "
+        f"roughly {_duration(seconds)}"
     )
     if quick_seconds > 0.5 * seconds:
         return said  # already about as quick as a look gets
-    settings = " ".join(option(key, value) for key, value in quick.items())
-    return f"{said}; {settings} takes about {_duration(quick_seconds)}"
+    settings = " ".join(QUICK_LOOK[k][1] for k, value in quick.items() if chosen[k] != value)
+    return f"{said}; for a quick look (about {_duration(quick_seconds)}): {settings}"
 
 
 def _duration(seconds: float) -> str:

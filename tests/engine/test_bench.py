@@ -290,7 +290,7 @@ def _software_plugin(monkeypatch: pytest.MonkeyPatch, cores: int = 2) -> None:
 
     device = PluginDevice("WebGpuExecutionProvider", "lib.so", "0.4.0", (), software=True)
     monkeypatch.setattr(bench_module, "ort_plugin", lambda provider: device)
-    monkeypatch.setattr(bench_module.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(bench_module, "_cores", lambda: cores)
 
 
 def test_a_software_adapter_estimate_counts_every_token_of_every_run(
@@ -299,7 +299,7 @@ def test_a_software_adapter_estimate_counts_every_token_of_every_run(
     """lavapipe reads the decoder's weights once per token: warm-ups, timed runs and the
     capture check's runs with logits each count; a GPU or a built-in EP gives no estimate."""
     from engine.runtime import bench as bench_module
-    from engine.runtime.bench import BenchConfig, decoder_bytes, software_adapter_seconds
+    from engine.runtime.bench import BenchConfig, software_adapter_seconds, weights_per_token
     from engine.runtime.package import open_package
 
     opened = open_package(package)
@@ -307,13 +307,18 @@ def test_a_software_adapter_estimate_counts_every_token_of_every_run(
     monkeypatch.setattr(bench_module, "ort_plugin", lambda provider: None)
     assert software_adapter_seconds(opened, config, "off") is None
     _software_plugin(monkeypatch, cores=4)
-    size = decoder_bytes(opened)
-    assert size == sum(f.stat().st_size for f in package.glob("model.onnx*"))
+    size = weights_per_token(opened)
+    # the tied embedding is read whole by the LM head; the per-layer table only gathered
+    data = (package / "model.onnx.data").stat().st_size
+    assert 0 < size < data
     per_run = 16 * size / (bench_module.SOFTWARE_BYTES_PER_CORE_SECOND * 4)
     for capture, runs in (("off", 4), ("on", 6), ("both", 10)):
         adapter, seconds = software_adapter_seconds(opened, config, capture)  # type: ignore[misc]
         assert "software adapter" in adapter
         assert seconds == pytest.approx(runs * per_run), capture
+    # the studio checks no capture run against another (only "both" keeps logits)
+    _, seconds = software_adapter_seconds(opened, config, "on", capture_check=False)  # type: ignore[misc]
+    assert seconds == pytest.approx(4 * per_run)
 
 
 def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
@@ -331,15 +336,18 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     opened = open_package(package)
     config = BenchConfig(prompt_length=128, new_tokens=64, repeats=3, warmup=1)
     assert slow_bench_warning(opened, config, "both") is None  # a tiny decoder: seconds
-    # The same benchmark of a decoder 10,000 times this one's size per second of lavapipe:
-    monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 5e4)
+    # The same benchmark of a decoder a thousand times this one's size, per second of lavapipe:
+    monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 3e5)
     warning = render_message(slow_bench_warning(opened, config, "both") or "")
     assert f"{package.name} runs through the WebGpuExecutionProvider plugin 0.4.0, " in warning
-    assert "software adapter (lavapipe, no GPU) here" in warning
+    assert "software adapter (lavapipe, no GPU) here: each token reads 1.4 MiB" in warning
     assert warning.endswith(
-        "--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0 --graph-capture off takes "
-        "about 8 minutes"
+        "so this benchmark takes roughly 81 minutes; for a quick look (about 61 s): "
+        "--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0 --graph-capture off"
     ), warning
+    # only the settings that differ from the chosen ones, among those the face offers
+    off = render_message(slow_bench_warning(opened, config, "off") or "")
+    assert off.endswith("--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0"), off
     studio = slow_bench_warning(
         opened, config, "both", ("prompt_len", "new_tokens", "repeats", "graph_capture")
     )
@@ -347,8 +355,9 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     # Settings already about that quick: how long, and no advice to do what they do.
     quick = BenchConfig(prompt_length=20, new_tokens=8, repeats=1, warmup=0)
     said = render_message(slow_bench_warning(opened, quick, "off") or "")
-    assert said.endswith("decoder makes this benchmark take roughly 9 minutes"), said
+    assert said.endswith("so this benchmark takes roughly 71 s"), said
     # The CLI says it on stderr before the first run (here the CPU runs it in seconds).
+    monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 1e4)
     code = main(
         ["bench", str(package), "--prompt-len", "4", "--new-tokens", "2", "--repeats", "1",
          "--warmup", "0", "--graph-capture", "off", "--quiet", "--json"]
