@@ -18,6 +18,15 @@ reads ~3: it gives one warp per output column (``ceil(N / 8)`` blocks of 8 warps
   forms.json``), and an fp16 E2B package with FusedMatMul linears decoded no faster
   (``results/cuda_profile-2026-12-07-*``), so the packages keep MatMul.
 * ``head/<form>``: the tied LM head (262,144 x 1,536) with and without zero points.
+* ``attention/<model>/<form>/<length>`` (``--only attention``): one decode step of the
+  explicit fp32 attention of the 512-wide full layers, E2B's (one KV head, 8 query heads)
+  and E4B's (two, 4 each), over 1,032 and 4,096 slots: ``kt``, K transposed in memory and
+  a MatMul, as the packages do; ``transb``, FusedMatMul(q, K as stored, transB=1). On an
+  H100 the ``kt`` scores ran cuBLAS' ``gemmSN_NN`` on 16 blocks, 105 us for E4B's 16 MB at
+  4,096, where P @ V over the same bytes took 8.9 us (``gemmSN_TN``, 1,024 blocks; which
+  GEMM is which read from the grids, 512 rows a block against one row a block:
+  ``results/cuda_profile-2026-12-07-h100-e4b-grouped-attention-before-after.json``). Not
+  run on a GPU yet.
 
 Each case is a chain of R copies of a block (weights distinct per copy, so nothing stays
 in cache), bound to device buffers and replayed as a CUDA graph; a block's cost is
@@ -117,6 +126,42 @@ def cases() -> dict[str, Block]:
     for form in ("b128", "b128-zp", "b32"):
         out[f"head/{form}"] = head(form)
     return out
+
+
+ATTENTION = {"e2b": (1, 8), "e4b": (2, 4)}
+"""Explicit full-layer attention at decode: KV heads, query heads per KV head (D = 512)."""
+
+
+def attention(form: str, kv: int, group: int, length: int) -> Block:
+    """One decode step of the CUDA packages' explicit fp32 attention over a ``length``-slot
+    buffer: q [1, kv, G, D] -> scores -> softmax -> @ V [1, kv, T, D] -> [1, kv, G, D].
+    ``kt``: K transposed in memory, MatMul (the packages before December 7c); ``transb``:
+    FusedMatMul(q, K as stored, transB=1)."""
+
+    def block(c: Chain, x: str, i: int) -> str:
+        keys = (c.rng.standard_normal((1, kv, length, 512)) / 512**0.5).astype(np.float32)
+        values = c.randn((1, kv, length, 512), np.float32)
+        if form == "kt":
+            scores = c.node("MatMul", [x, c.init(np.ascontiguousarray(keys.transpose(0, 1, 3, 2)))])
+        else:
+            scores = c.node("FusedMatMul", [x, c.init(keys)], domain="com.microsoft", transB=1)
+        return c.node("MatMul", [c.node("Softmax", [scores], axis=-1), values])
+
+    return block
+
+
+def measure_attention(
+    block: Block, repeats: int, replays: int, kv: int, group: int
+) -> dict[str, float]:
+    x = np.random.default_rng(0).standard_normal((1, kv, group, 512)).astype(np.float32)
+    times = {}
+    for r in (1, repeats):
+        model = _model(block, r, list(x.shape), TensorProto.FLOAT, seed=r)
+        times[r] = _replay_seconds(model, x, replays)
+    return {
+        "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
+        "us_chain_1": round(1e6 * times[1], 2),
+    }
 
 
 def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
@@ -222,7 +267,16 @@ def main() -> None:
         "replays": args.replays,
         "cases": {},
     }
-    if not args.check:
+    if not args.check and "attention" in args.only:  # attention/<model>/<form>/<length>
+        for model, (kv, group) in ATTENTION.items():
+            for length in (1032, 4096):
+                for form in ("kt", "transb"):
+                    name = f"attention/{model}/{form}/{length}"
+                    block = attention(form, kv, group, length)
+                    report["cases"][name] = measure_attention(
+                        block, args.repeats, args.replays, kv, group
+                    )
+    elif not args.check:
         for name, block in cases().items():
             if args.only and args.only not in name:
                 continue

@@ -1,6 +1,7 @@
-"""cuda_ops.py's split-K form is the same product as one MatMulNBits (on the CPU EP), and
-every form it times builds a graph that runs: a form that computed something else, or did
-not run, would mislead the comparison made on the GPU."""
+"""cuda_ops.py's split-K form is the same product as one MatMulNBits (on the CPU EP), its
+two attention forms the same step, and every form it times builds a graph that runs: a
+form that computed something else, or did not run, would mislead the comparison made on
+the GPU."""
 
 from __future__ import annotations
 
@@ -45,3 +46,22 @@ def test_transposed_fp16_forms_compute_the_plain_matmul(form: str):
 
     plain = run("fp16")
     np.testing.assert_allclose(run(form), plain, rtol=0, atol=2e-2 * np.abs(plain).max())
+
+
+@pytest.mark.parametrize("model", sorted(ops.ATTENTION))
+def test_attention_forms_compute_the_same_step(model: str):
+    """The full layers' explicit decode step with K transposed in memory (MatMul) and with
+    K as stored (FusedMatMul transB=1): the same scores, softmax and P @ V (same draws)."""
+    import onnxruntime as ort
+
+    kv, group = ops.ATTENTION[model]
+    x = np.random.default_rng(0).standard_normal((1, kv, group, 512)).astype(np.float32)
+
+    def run(form: str) -> np.ndarray:
+        graph = ops._model(ops.attention(form, kv, group, 96), 2, list(x.shape), 1, seed=2)
+        session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    plain = run("kt")
+    assert plain.shape == x.shape and np.isfinite(plain).all()
+    np.testing.assert_allclose(run("transb"), plain, rtol=0, atol=1e-5 * np.abs(plain).max())
