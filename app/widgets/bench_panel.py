@@ -243,13 +243,13 @@ class BenchPanel(QWidget):
         self.ep.currentIndexChanged.connect(lambda *_: self._show_capture_choices())
         self.media.changed.connect(self._show_runtime_choices)
         self.run_button.clicked.connect(self.run)
-        self.cancel_button.clicked.connect(controller.cancel)
+        self.cancel_button.clicked.connect(self.cancel)
         self.clear_button.clicked.connect(controller.clear_history)
         self.history_metric.currentIndexChanged.connect(self.refresh)
         controller.factsChanged.connect(self._show_facts)
         controller.progress.connect(self._on_progress)
         controller.completed.connect(self._completed)
-        controller.cancelled.connect(lambda: self._say("Cancelled: no run finished.", "off"))
+        controller.cancelled.connect(self._cancelled)
         controller.failed.connect(lambda message: self._say(f"Failed: {message}", "error"))
         controller.packageChanged.connect(self._package_changed)
         controller.finished.connect(self._finished)
@@ -350,6 +350,20 @@ class BenchPanel(QWidget):
             else:  # minutes on a software adapter: say so, and what a quick look takes
                 self._say(f"Running… {slow}.", "warning")
         return worker
+
+    def cancel(self) -> None:
+        """Ask the run to stop; it stops after its current step (a generation), which on a
+        software adapter can take a minute, so say so at once."""
+        if not self.controller.running:
+            return
+        self.controller.cancel()
+        self.cancel_button.setEnabled(False)
+        self._say("Cancelling… the current step finishes first; finished runs are kept.", "off")
+
+    def _cancelled(self) -> None:
+        self.progress.setValue(0)
+        self.progress.setFormat("%p%")
+        self._say("Cancelled: no run finished.", "off")
 
     def _package_changed(self, path: Path | None) -> None:
         """What was said of the last package (its run, its failure) goes with it."""

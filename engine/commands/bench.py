@@ -116,10 +116,11 @@ def run(args: argparse.Namespace) -> int:
     elif mode in ("on", "both") and (obstacle := package.capture_obstacle(args.ep)):
         # Refused before anything runs (``both`` would time the capture-off run first).
         off = f"use {option('graph_capture', 'off')}"
-        fix = f"{obstacle}; or {off}" if obstacle.rebuild else f"{obstacle}; {off}"
-        raise OptionsError(f"graph capture: {fix}")
+        fix = f"{obstacle.rebuild}, or {off}" if obstacle.rebuild else off
+        raise OptionsError(f"{option('graph_capture', mode)}: {obstacle.why}; {fix}")
     # (a prompt with media is genai's processor's: its length is not known here)
-    warning = slow_bench_warning(package, config, mode) if media is None else None
+    keep = args.graph_capture in ("on", "both")  # asked for: a quick look keeps it
+    warning = slow_bench_warning(package, config, mode, keep_capture=keep) if not media else None
     if warning is not None:  # before minutes of a software adapter: what a quick look takes
         print(f"note: {render_message(warning)}", file=sys.stderr, flush=True)
     with progress_bar(args.quiet or args.json) as progress:

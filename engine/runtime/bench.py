@@ -105,12 +105,16 @@ def software_adapter_seconds(
     plugin = ort_plugin(get_caps(config.ep or package.ep).ort_provider)
     if plugin is None or not plugin.software:
         return None
-    per_setting = config.warmup + config.repeats
-    checked = 2 if capture_check else 0
-    runs = {"off": per_setting, "on": per_setting + checked, "both": 2 * (per_setting + 1)}
-    tokens = runs[capture] * (config.prompt_length + config.new_tokens)
+    tokens = _runs(config, capture, capture_check) * (config.prompt_length + config.new_tokens)
     rate = SOFTWARE_BYTES_PER_CORE_SECOND * _cores()
     return plugin.adapter, tokens * weights_per_token(package) / rate
+
+
+def _runs(config: BenchConfig, capture: CaptureMode, capture_check: bool) -> int:
+    """Generations a benchmark makes (:func:`software_adapter_seconds`)."""
+    per_setting = config.warmup + config.repeats
+    checked = 2 if capture_check else 0
+    return {"off": per_setting, "on": per_setting + checked, "both": 2 * (per_setting + 1)}[capture]
 
 
 def weights_per_token(package: Package) -> int:
@@ -148,16 +152,20 @@ def slow_bench_warning(
     capture: CaptureMode,
     settable: Collection[str] = tuple(QUICK_LOOK),
     capture_check: bool = True,
+    keep_capture: bool = False,
 ) -> str | None:
     """What to say before a benchmark that a software adapter makes last more than
     :data:`SLOW_BENCH_SECONDS` (option markup), with the :data:`QUICK_LOOK` settings among
     ``settable`` (the option keys this face offers) that differ from the chosen ones and
     how long they take; None otherwise. ``capture_check``: as
-    :func:`software_adapter_seconds`."""
+    :func:`software_adapter_seconds`; ``keep_capture``: the user asked for this capture
+    mode, so the quick look keeps it."""
     estimate = software_adapter_seconds(package, config, capture, capture_check)
     if estimate is None or estimate[1] <= SLOW_BENCH_SECONDS:
         return None
     adapter, seconds = estimate
+    if keep_capture:
+        settable = [key for key in settable if key != "graph_capture"]
     quick = {key: value for key, (value, _) in QUICK_LOOK.items() if key in settable}
     quick_config = replace(
         config,
@@ -177,9 +185,11 @@ def slow_bench_warning(
     _, quick_seconds = software_adapter_seconds(
         package, quick_config, quick_capture, capture_check
     ) or ("", 0.0)
+    runs = _runs(config, capture, capture_check)
     said = (
-        f"{package.path.name} runs through the {adapter} here: each token reads "
-        f"{format_bytes(weights_per_token(package))} of its weights, so this benchmark takes "
+        f"{package.path.name} runs through the {adapter} here, where each token reads its "
+        f"{format_bytes(weights_per_token(package))} of weights: this benchmark's {runs} "
+        f"run{'s' * (runs != 1)} of {config.prompt_length} + {config.new_tokens} tokens take "
         f"roughly {_duration(seconds)}"
     )
     if quick_seconds > 0.5 * seconds:

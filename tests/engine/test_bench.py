@@ -227,8 +227,8 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
     result = cli("bench", str(package), "--ep", "webgpu", "--graph-capture", "both", "--quiet")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().endswith(
-        "graph capture: the package was built for CPU, not for capture on WebGPU: export it "
-        "with --ep webgpu; or use --graph-capture off"
+        "--graph-capture both: the package was built for CPU, not for capture on WebGPU; "
+        "export it with --ep webgpu, or use --graph-capture off"
     ), result.stderr
     assert "Traceback" not in result.stderr
     # On its own EP too: refused before the capture-off run, in one sentence.
@@ -237,7 +237,7 @@ def test_capture_is_refused_for_a_package_built_for_another_ep(package: Path):
         assert result.returncode == 2, result.stdout + result.stderr
         assert not result.stdout
         assert result.stderr.strip().endswith(
-            "graph capture: CPU has no graph capture; use --graph-capture off"
+            f"--graph-capture {mode}: CPU has no graph capture; use --graph-capture off"
         ), result.stderr
 
 
@@ -340,14 +340,20 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 3e5)
     warning = render_message(slow_bench_warning(opened, config, "both") or "")
     assert f"{package.name} runs through the WebGpuExecutionProvider plugin 0.4.0, " in warning
-    assert "software adapter (lavapipe, no GPU) here: each token reads 1.4 MiB" in warning
+    assert "software adapter (lavapipe, no GPU) here, where each token reads its 1.4 MiB" in warning
     assert warning.endswith(
-        "so this benchmark takes roughly 81 minutes; for a quick look (about 61 s): "
-        "--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0 --graph-capture off"
+        "of weights: this benchmark's 10 runs of 128 + 64 tokens take roughly 81 minutes; for "
+        "a quick look (about 61 s): --prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0 "
+        "--graph-capture off"
     ), warning
     # only the settings that differ from the chosen ones, among those the face offers
     off = render_message(slow_bench_warning(opened, config, "off") or "")
     assert off.endswith("--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0"), off
+    # capture the user asked for is kept: the quick look checks it too
+    kept = render_message(slow_bench_warning(opened, config, "both", keep_capture=True) or "")
+    assert kept.endswith(
+        "(about 4 minutes): --prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0"
+    ), kept
     studio = slow_bench_warning(
         opened, config, "both", ("prompt_len", "new_tokens", "repeats", "graph_capture")
     )
@@ -355,7 +361,7 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     # Settings already about that quick: how long, and no advice to do what they do.
     quick = BenchConfig(prompt_length=20, new_tokens=8, repeats=1, warmup=0)
     said = render_message(slow_bench_warning(opened, quick, "off") or "")
-    assert said.endswith("so this benchmark takes roughly 71 s"), said
+    assert said.endswith("this benchmark's 1 run of 20 + 8 tokens take roughly 71 s"), said
     # The CLI says it on stderr before the first run (here the CPU runs it in seconds).
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 1e4)
     code = main(
