@@ -102,12 +102,20 @@ def software_adapter_seconds(
     token of every run reads the weights once (:func:`weights_per_token`): warm-ups, timed
     runs, and with ``capture_check`` (the CLI's) the capture run's check against a run
     without capture, each with logits."""
-    plugin = ort_plugin(get_caps(config.ep or package.ep).ort_provider)
-    if plugin is None or not plugin.software:
+    adapter = _software_adapter(package, config)
+    if adapter is None:
         return None
+    return adapter, _seconds(weights_per_token(package), config, capture, capture_check)
+
+
+def _software_adapter(package: Package, config: BenchConfig) -> str | None:
+    plugin = ort_plugin(get_caps(config.ep or package.ep).ort_provider)
+    return plugin.adapter if plugin is not None and plugin.software else None
+
+
+def _seconds(weights: int, config: BenchConfig, capture: CaptureMode, capture_check: bool) -> float:
     tokens = _runs(config, capture, capture_check) * (config.prompt_length + config.new_tokens)
-    rate = SOFTWARE_BYTES_PER_CORE_SECOND * _cores()
-    return plugin.adapter, tokens * weights_per_token(package) / rate
+    return tokens * weights / (SOFTWARE_BYTES_PER_CORE_SECOND * _cores())
 
 
 def _runs(config: BenchConfig, capture: CaptureMode, capture_check: bool) -> int:
@@ -160,10 +168,13 @@ def slow_bench_warning(
     how long they take; None otherwise. ``capture_check``: as
     :func:`software_adapter_seconds`; ``keep_capture``: the user asked for this capture
     mode, so the quick look keeps it."""
-    estimate = software_adapter_seconds(package, config, capture, capture_check)
-    if estimate is None or estimate[1] <= SLOW_BENCH_SECONDS:
+    adapter = _software_adapter(package, config)
+    if adapter is None:
         return None
-    adapter, seconds = estimate
+    weights = weights_per_token(package)  # the graph read once
+    seconds = _seconds(weights, config, capture, capture_check)
+    if seconds <= SLOW_BENCH_SECONDS:
+        return None
     if keep_capture:
         settable = [key for key in settable if key != "graph_capture"]
     quick = {key: value for key, (value, _) in QUICK_LOOK.items() if key in settable}
@@ -182,15 +193,13 @@ def slow_bench_warning(
         "warmup": config.warmup,
         "graph_capture": capture,
     }
-    _, quick_seconds = software_adapter_seconds(
-        package, quick_config, quick_capture, capture_check
-    ) or ("", 0.0)
+    quick_seconds = _seconds(weights, quick_config, quick_capture, capture_check)
     runs = _runs(config, capture, capture_check)
     said = (
         f"{package.path.name} runs through the {adapter} here, where each token reads its "
-        f"{format_bytes(weights_per_token(package))} of weights: this benchmark's {runs} "
-        f"run{'s' * (runs != 1)} of {config.prompt_length} + {config.new_tokens} tokens take "
-        f"roughly {_duration(seconds)}"
+        f"{format_bytes(weights)} of weights: this benchmark's {runs} run{'s' * (runs != 1)} "
+        f"of {config.prompt_length} + {config.new_tokens} tokens "
+        f"{'takes' if runs == 1 else 'take'} roughly {_duration(seconds)}"
     )
     if quick_seconds > 0.5 * seconds:
         return said  # already about as quick as a look gets

@@ -361,7 +361,7 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     # Settings already about that quick: how long, and no advice to do what they do.
     quick = BenchConfig(prompt_length=20, new_tokens=8, repeats=1, warmup=0)
     said = render_message(slow_bench_warning(opened, quick, "off") or "")
-    assert said.endswith("this benchmark's 1 run of 20 + 8 tokens take roughly 71 s"), said
+    assert said.endswith("this benchmark's 1 run of 20 + 8 tokens takes roughly 71 s"), said
     # The CLI says it on stderr before the first run (here the CPU runs it in seconds).
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 1e4)
     code = main(
