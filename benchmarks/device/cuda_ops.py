@@ -150,20 +150,6 @@ def attention(form: str, kv: int, group: int, length: int) -> Block:
     return block
 
 
-def measure_attention(
-    block: Block, repeats: int, replays: int, kv: int, group: int
-) -> dict[str, float]:
-    x = np.random.default_rng(0).standard_normal((1, kv, group, 512)).astype(np.float32)
-    times = {}
-    for r in (1, repeats):
-        model = _model(block, r, list(x.shape), TensorProto.FLOAT, seed=r)
-        times[r] = _replay_seconds(model, x, replays)
-    return {
-        "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
-        "us_chain_1": round(1e6 * times[1], 2),
-    }
-
-
 def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
     """Seconds per replay of ``model``'s CUDA graph, input and output on the device."""
     import onnxruntime as ort
@@ -191,11 +177,17 @@ def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
     return statistics.median(runs)
 
 
-def measure(block: Block, repeats: int, replays: int) -> dict[str, float]:
-    x = np.random.default_rng(0).standard_normal((1, 1, HIDDEN)).astype(np.float16)
+def measure(
+    block: Block, repeats: int, replays: int, x: np.ndarray | None = None
+) -> dict[str, float]:
+    """A block's cost from chains of 1 and ``repeats`` copies; ``x``: the chain's input
+    (default E2B's hidden row in fp16; the attention cases' q in fp32)."""
+    if x is None:
+        x = np.random.default_rng(0).standard_normal((1, 1, HIDDEN)).astype(np.float16)
+    dtype = F16 if x.dtype == np.float16 else TensorProto.FLOAT
     times = {}
     for r in (1, repeats):
-        times[r] = _replay_seconds(_model(block, r, list(x.shape), F16, seed=r), x, replays)
+        times[r] = _replay_seconds(_model(block, r, list(x.shape), dtype, seed=r), x, replays)
     return {
         "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
         "us_chain_1": round(1e6 * times[1], 2),
@@ -272,9 +264,14 @@ def main() -> None:
             for length in (1032, 4096):
                 for form in ("kt", "transb"):
                     name = f"attention/{model}/{form}/{length}"
-                    block = attention(form, kv, group, length)
-                    report["cases"][name] = measure_attention(
-                        block, args.repeats, args.replays, kv, group
+                    q = np.random.default_rng(0).standard_normal((1, kv, group, 512))
+                    report["cases"][name] = run_case(
+                        name,
+                        measure,
+                        attention(form, kv, group, length),
+                        args.repeats,
+                        args.replays,
+                        q.astype(np.float32),
                     )
     elif not args.check:
         for name, block in cases().items():
