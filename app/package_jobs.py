@@ -113,6 +113,7 @@ class BenchRequest:
     prompt_len: int = 64
     new_tokens: int = 64
     repeats: int = 3
+    warmup: int = 1
     capture: CaptureMode = "off"
     images: tuple[Path, ...] = ()
     audios: tuple[Path, ...] = ()
@@ -134,8 +135,8 @@ class BenchOutcome:
     cancelled: bool = False
 
 
-BENCH_SETTINGS = ("prompt_len", "new_tokens", "repeats", "graph_capture")
-"""The Benchmark tab's settings a quick look may change (it has no warm-up control)."""
+BENCH_SETTINGS = ("prompt_len", "new_tokens", "repeats", "warmup", "graph_capture")
+"""The Benchmark tab's settings a quick look may change."""
 
 
 def slow_bench_note(request: BenchRequest) -> str | None:
@@ -217,6 +218,7 @@ def _bench_config(request: BenchRequest, media: MediaPrompt | None = None) -> Be
         prompt_length=request.prompt_len,
         new_tokens=request.new_tokens,
         repeats=request.repeats,
+        warmup=request.warmup,
     )
 
 

@@ -231,7 +231,11 @@ CONTROLS: dict[str, Control] = {
     "prompt_len": Control("&Prompt tokens", "Length of the seeded random prompt."),
     "new_tokens": Control("&New tokens", "Tokens generated per timed run (at least 2)."),
     "repeats": Control("Repeats", "Timed runs; decode tok/s is their median, with min and max."),
-    "warmup": Control("Warm-up runs", "Untimed runs before the timed ones."),
+    "warmup": Control(
+        "Warm-up run&s",
+        "Untimed runs before the timed ones (each as long as one; 0 for a quick look on a "
+        "software adapter).",
+    ),
     "threads": Control("Threads", "onnxruntime's intra-op threads (default: the runtime's)."),
     "image": Control("Images", "Images sent with the prompt (PNG, JPEG, GIF or BMP)."),
     "audio": Control("Audio", "An audio clip sent with the prompt (WAV, FLAC or MP3)."),

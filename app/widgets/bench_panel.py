@@ -125,6 +125,7 @@ class BenchPanel(QWidget):
         self.repeats.setValue(3)
         self.repeats.setToolTip("Timed runs; decode tok/s is their median, with min and max")
         self.repeats.setAccessibleName("Repeats")
+        self.warmup = _spin("warmup", 0, 5, 1)
         self.capture = described(QComboBox(), "graph_capture")
         for label, data in CAPTURE_CHOICES:
             self.capture.addItem(label, data)
@@ -168,7 +169,12 @@ class BenchPanel(QWidget):
             )
             box.setMinimumContentsLength(8)  # long entries must not widen a small window
         settings = QGroupBox("Run")
-        grid = QGridLayout(settings)
+        grid = QGridLayout()
+        # the note below the grid, not in it: a grid gives a wrapped label spanning its
+        # columns the height of a narrower one (the third line of a note was cut at 1024x700)
+        rows = QVBoxLayout(settings)
+        rows.addLayout(grid)
+        rows.addWidget(self.note)
         package_label = QLabel("P&ackage")
         package_label.setBuddy(self.package)
         grid.addWidget(package_label, 0, 0)
@@ -181,7 +187,7 @@ class BenchPanel(QWidget):
                     (CONTROLS["prompt_len"].label, self.prompt_len),
                     (CONTROLS["new_tokens"].label, self.new_tokens),
                 ),
-                (("Repea&ts", self.repeats), ("&Graph capture", self.capture)),
+                (("Repea&ts", self._runs()), ("&Graph capture", self.capture)),
             ),
             start=1,
         ):
@@ -196,7 +202,6 @@ class BenchPanel(QWidget):
             buttons.addWidget(button)
         buttons.addWidget(self.progress, 1)
         grid.addLayout(buttons, 5, 0, 1, 5)
-        grid.addWidget(self.note, 6, 0, 1, 5)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
         over_time = QWidget()
@@ -322,6 +327,19 @@ class BenchPanel(QWidget):
         wanted = "off" if problem else "both"
         self.capture.setCurrentIndex(self.capture.findData(wanted))
 
+    def _runs(self) -> QWidget:
+        """The timed runs' count, then the warm-up runs', in one cell (one row less)."""
+        cell = QWidget()
+        row = QHBoxLayout(cell)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.repeats, 1)
+        warmup = QLabel(CONTROLS["warmup"].label)
+        warmup.setBuddy(self.warmup)
+        row.addWidget(warmup)
+        row.addWidget(self.warmup, 1)
+        cell.setFocusProxy(self.repeats)  # the "Repeats" label's buddy
+        return cell
+
     def run(self) -> Any:
         """Benchmark the package with the chosen settings (in a worker)."""
         if self.controller.facts is None:
@@ -331,13 +349,14 @@ class BenchPanel(QWidget):
             self.controller.facts.path,
             self.runtime.currentData(),
             self.ep.currentData(),
-            self.prompt_len.value(),
-            self.new_tokens.value(),
-            self.repeats.value(),
-            self.capture.currentData(),
-            self.media.images,
-            self.media.audios,
-            self.media.text,
+            prompt_len=self.prompt_len.value(),
+            new_tokens=self.new_tokens.value(),
+            repeats=self.repeats.value(),
+            warmup=self.warmup.value(),
+            capture=self.capture.currentData(),
+            images=self.media.images,
+            audios=self.media.audios,
+            prompt=self.media.text,
         )
         worker = self.controller.run(request)
         if worker is not None:

@@ -55,6 +55,8 @@ def check(window: QWidget, name: str) -> list[str]:
     for label in _visible_labels(window):
         if not label.wordWrap() and label.width() + 2 < label.minimumSizeHint().width():
             problems.append(f"{name}: label clipped: {label.text()[:60]!r}")
+        if label.wordWrap() and label.height() + 2 < label.heightForWidth(label.width()):
+            problems.append(f"{name}: wrapped label cut short: {label.text()[:60]!r}")
         palette = label.palette()
         ratio = contrast_ratio(
             palette.color(QPalette.ColorRole.WindowText), palette.color(label.backgroundRole())

@@ -325,7 +325,7 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
     """A bare full-size bench on lavapipe took an hour: before it starts, the user reads how
-    long, and the settings that take about a minute (the studio's without a warm-up control)."""
+    long, and the settings that take about a minute (a face may offer fewer settings)."""
     from engine.cli import main
     from engine.errors import render_message
     from engine.runtime import bench as bench_module
