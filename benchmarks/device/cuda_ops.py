@@ -20,13 +20,19 @@ reads ~3: it gives one warp per output column (``ceil(N / 8)`` blocks of 8 warps
 * ``head/<form>``: the tied LM head (262,144 x 1,536) with and without zero points.
 * ``attention/<model>/<form>/<length>`` (``--only attention``): one decode step of the
   explicit fp32 attention of the 512-wide full layers, E2B's (one KV head, 8 query heads)
-  and E4B's (two, 4 each), over 1,032 and 4,096 slots: ``kt``, K transposed in memory and
-  a MatMul, as the packages do; ``transb``, FusedMatMul(q, K as stored, transB=1). On an
-  H100 the ``kt`` scores ran cuBLAS' ``gemmSN_NN`` on 16 blocks, 105 us for E4B's 16 MB at
-  4,096, where P @ V over the same bytes took 8.9 us (``gemmSN_TN``, 1,024 blocks; which
-  GEMM is which read from the grids, 512 rows a block against one row a block:
-  ``results/cuda_profile-2026-12-07-h100-e4b-grouped-attention-before-after.json``). Not
-  run on a GPU yet.
+  and E4B's (two, 4 each), over 1,032 and 4,096 slots, TF32 off as the packages run it:
+  ``transb``, FusedMatMul(q, K as stored, transB=1), then P @ V in fp32 (the packages);
+  ``pv16``: P rounded to fp16 times V as a half cache stores it (``pv16x``: per KV head).
+  The slow GEMM of an E4B decode step is its P @ V, not the scores: in the package
+  profile (``results/cuda_profile-2026-12-07b-h100-e4b-scores-transb-before-after.json``)
+  cuBLAS' ``gemmSN_NN`` ran [1, 2, 4, 4096] @ [1, 2, 4096, 512] on 16 blocks (grid [8, 1,
+  2], 512 output columns), 104 us each, 7 a token, 11% of the step; the scores took 8.9 us
+  (``gemmSN_TN``, grid [512, 1, 2]). E2B's P @ V (one batch of 8 rows) gets cutlass'
+  split-K SIMT GEMM on 128 blocks, 8.3 us. K transposed in memory (``kt``) or in the GEMM
+  (``transb``) cost the same here (H100, TF32 at its default, on:
+  ``results/cuda_ops-2026-12-07-h100-attention-kt-vs-transb-tf32-default.json``, 39.4 us
+  for E4B's whole step at 4,096, where TF32 hides the P @ V kernel the packages get). The
+  ``pv16`` forms are not run on a GPU yet.
 
 Each case is a chain of R copies of a block (weights distinct per copy, so nothing stays
 in cache), bound to device buffers and replayed as a CUDA graph; a block's cost is
@@ -136,28 +142,46 @@ def attention(form: str, kv: int, group: int, length: int) -> Block:
     """One decode step of the CUDA packages' explicit fp32 attention over a ``length``-slot
     buffer: q [1, kv, G, D] -> scores -> softmax -> @ V [1, kv, T, D] -> [1, kv, G, D].
     ``kt``: K transposed in memory, MatMul (the packages before December 7c); ``transb``:
-    FusedMatMul(q, K as stored, transB=1)."""
+    FusedMatMul(q, K as stored, transB=1); ``pv16``: ``transb``, then P rounded to fp16
+    times V stored in fp16 (``pv16x``: the same batched per KV head as two MatMuls)."""
 
     def block(c: Chain, x: str, i: int) -> str:
         keys = (c.rng.standard_normal((1, kv, length, 512)) / 512**0.5).astype(np.float32)
-        values = c.randn((1, kv, length, 512), np.float32)
+        value_dtype = np.float16 if form.startswith("pv16") else np.float32
+        values = c.randn((1, kv, length, 512), value_dtype)
         if form == "kt":
             scores = c.node("MatMul", [x, c.init(np.ascontiguousarray(keys.transpose(0, 1, 3, 2)))])
         else:
             scores = c.node("FusedMatMul", [x, c.init(keys)], domain="com.microsoft", transB=1)
-        return c.node("MatMul", [c.node("Softmax", [scores], axis=-1), values])
+        probs = c.node("Softmax", [scores], axis=-1)
+        if not form.startswith("pv16"):
+            return c.node("MatMul", [probs, values])
+        half = c.node("Cast", [probs], to=F16)
+        if form == "pv16" or kv == 1:
+            out = c.node("MatMul", [half, values])
+        else:
+            axis = c.init(np.array([1] * kv, np.int64))
+            ps = [f"{half}_p{h}" for h in range(kv)]
+            vs = [f"{values}_v{h}" for h in range(kv)]
+            c.nodes.append(helper.make_node("Split", [half, axis], ps, axis=1))
+            c.nodes.append(helper.make_node("Split", [values, axis], vs, axis=1))
+            parts = [c.node("MatMul", [p, v]) for p, v in zip(ps, vs, strict=True)]
+            out = c.node("Concat", parts, axis=1)
+        return c.node("Cast", [out], to=TensorProto.FLOAT)
 
     return block
 
 
-def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
-    """Seconds per replay of ``model``'s CUDA graph, input and output on the device."""
+def _replay_seconds(model: bytes, x: np.ndarray, replays: int, tf32: bool = True) -> float:
+    """Seconds per replay of ``model``'s CUDA graph, input and output on the device
+    (``tf32``: off as the packages set it, for fp32 GEMMs)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
+    cuda = {"enable_cuda_graph": "1", "use_tf32": "1" if tf32 else "0"}
+    providers = [("CUDAExecutionProvider", cuda)]
     session = ort.InferenceSession(model, options, providers=providers)
     x_dev = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
     y_dev = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(x), "cuda", 0)
@@ -178,7 +202,7 @@ def _replay_seconds(model: bytes, x: np.ndarray, replays: int) -> float:
 
 
 def measure(
-    block: Block, repeats: int, replays: int, x: np.ndarray | None = None
+    block: Block, repeats: int, replays: int, x: np.ndarray | None = None, tf32: bool = True
 ) -> dict[str, float]:
     """A block's cost from chains of 1 and ``repeats`` copies; ``x``: the chain's input
     (default E2B's hidden row in fp16; the attention cases' q in fp32)."""
@@ -187,7 +211,8 @@ def measure(
     dtype = F16 if x.dtype == np.float16 else TensorProto.FLOAT
     times = {}
     for r in (1, repeats):
-        times[r] = _replay_seconds(_model(block, r, list(x.shape), dtype, seed=r), x, replays)
+        model = _model(block, r, list(x.shape), dtype, seed=r)
+        times[r] = _replay_seconds(model, x, replays, tf32)
     return {
         "us_per_block": round(1e6 * (times[repeats] - times[1]) / (repeats - 1), 2),
         "us_chain_1": round(1e6 * times[1], 2),
@@ -262,7 +287,7 @@ def main() -> None:
     if not args.check and "attention" in args.only:  # attention/<model>/<form>/<length>
         for model, (kv, group) in ATTENTION.items():
             for length in (1032, 4096):
-                for form in ("kt", "transb"):
+                for form in ("transb", "pv16", "pv16x"):
                     name = f"attention/{model}/{form}/{length}"
                     q = np.random.default_rng(0).standard_normal((1, kv, group, 512))
                     report["cases"][name] = run_case(
@@ -272,6 +297,7 @@ def main() -> None:
                         args.repeats,
                         args.replays,
                         q.astype(np.float32),
+                        False,  # TF32 off, as the packages run
                     )
     elif not args.check:
         for name, block in cases().items():

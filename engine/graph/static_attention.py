@@ -26,11 +26,12 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
 * attention is explicit in fp32: ``softmax(q K^T + bias) V`` (batch 1 under capture: with
   one KV head the scores are a Gemm with K transposed in the kernel and the mask as its C,
   with several an Einsum over the head dimension, K never transposed in memory; batched
-  (CUDA): q grouped per KV head, ``[B, kv, S * G, D]``, against K transposed once by the
-  KV owner, two batched MatMuls) over a gathered window of ``W + S - 1`` slots for sliding
-  layers (their cost never depends on the buffer) and over the whole buffer for full layers;
-* the K / V a KV owner prepares (a window gathered, read back as fp32, shaped or
-  transposed for the MatMuls) are reused by every KV-shared layer reading its cache.
+  (CUDA): q grouped per KV head, ``[B, kv, S * G, D]``, a FusedMatMul over K as stored
+  (transposed in the GEMM) and a batched MatMul) over a gathered window of ``W + S - 1``
+  slots for sliding layers (their cost never depends on the buffer) and over the whole
+  buffer for full layers;
+* the K / V a KV owner prepares (a window gathered, read back as fp32, shaped for the
+  GEMMs) are reused by every KV-shared layer reading its cache.
 
 Shapes are static under capture (batch 1), every op stays on the device (on CUDA the full
 layers' key positions are a Range over the buffer's length, read on the host). The
@@ -342,12 +343,12 @@ def _prepare(
     """Sets ``inputs.prepared[layer.index]`` for KV owner ``layer``: the K and V a layer
     attends over, the sliding window's slots (not batch 1: each row's own) or the
     whole buffer, shaped once for every layer that reads them. One KV head: K and V
-    [T, D] (batch 1) for the scores Gemm and P @ V; not batch 1, K transposed [B, D, T]
-    and V [B, T, D] for batched MatMuls. Several, batch 1: K [B, kv, T, D] as stored for
-    the scores Einsum (K is never transposed), V [B, 1, kv, T, D] against probabilities
-    [B, S, kv, G, T]; not batch 1: K transposed [B, kv, D, T] and V as stored [B, kv, T, D]
-    for batched MatMuls over [B, kv, S * G, ...]. Buffers of another dtype are read back as
-    fp32 here, once for every layer that reads them."""
+    [T, D] (batch 1) for the scores Gemm and P @ V; not batch 1, K and V [B, T, D] for
+    batched GEMMs. Several, batch 1: K [B, kv, T, D] as stored for the scores Einsum, V
+    [B, 1, kv, T, D] against probabilities [B, S, kv, G, T]; not batch 1: K and V as stored
+    [B, kv, T, D] for batched GEMMs over [B, kv, S * G, ...]. K is never transposed in
+    memory. Buffers of another dtype are read back as fp32 here, once for every layer that
+    reads them."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
     if layer.attention == "sliding" and inputs.batch_one:
@@ -368,11 +369,9 @@ def _prepare(
         keys = op.Reshape(keys, ctx.ints([-1, dim]))
         values = op.Reshape(values, ctx.ints([-1, dim]))
     elif kv == 1:
-        keys = op.Transpose(op.Reshape(keys, ctx.ints([0, -1, dim])), perm=[0, 2, 1])
+        keys = op.Reshape(keys, ctx.ints([0, -1, dim]))
         values = op.Reshape(values, ctx.ints([0, -1, dim]))
-    elif not inputs.batch_one:  # K transposed [B, kv, D, T], V as stored [B, kv, T, D]
-        keys = op.Transpose(keys, perm=[0, 1, 3, 2])
-    else:
+    elif inputs.batch_one:
         values = op.Reshape(values, ctx.ints([0, 1, kv, -1, dim]))
     inputs.prepared[layer.index] = (keys, values)
 
@@ -389,7 +388,7 @@ def attend(
     (4096, 256), (4096, 512) against 71 / 182 / 229 us as Einsum + Add
     (benchmarks/device/webgpu_ops.py). Several KV heads, batch 1: q grouped per KV head,
     [B, S, kv, G, D], against K as stored in an Einsum over D (K is never transposed).
-    Several, batched (CUDA): q as [B, kv, S * G, D] rows against K^T [B, kv, D, T], each a
+    Several, batched (CUDA): q as [B, kv, S * G, D] rows against K [B, kv, T, D], each a
     strided batched GEMM over B * kv. The Einsum form there ran ``P @ V`` as S * kv GEMMs of
     G rows (batch dims [B, S, kv] against [B, 1, kv]): on an H100 E4B's 1,024-token fp16
     prefill went 11,854 -> 28,628 tok/s and its decode 140.4 -> 144.4 tok/s at 4,096
@@ -402,10 +401,10 @@ def attend(
     else:
         assert inputs.buffer_positions is not None
         key_positions = inputs.buffer_positions
-    if kv == 1 and not inputs.batch_one:  # [B, S * N, D] @ [B, D, T], batched
+    if kv == 1 and not inputs.batch_one:  # [B, S * N, D] @ [B, T, D]^T, batched
         bias = _bias(ctx, inputs, layer.attention, key_positions, 3, n)
         rows = op.Reshape(query, ctx.ints([0, -1, dim]))
-        scores = scaled(ctx, op.MatMul(rows, keys), layer.attention_scale, F32)
+        scores = _scores(ctx, rows, keys, layer.attention_scale)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, -1, n * dim]))
     elif kv == 1:
@@ -421,14 +420,14 @@ def attend(
         probs = op.Softmax(scores, axis=-1)
         out = op.MatMul(probs, values)
         out = op.Reshape(out, ctx.ints([1, -1, n * dim]))
-    elif not inputs.batch_one:  # q per KV head [B, kv, S * G, D] @ K^T [B, kv, D, T]
+    elif not inputs.batch_one:  # q per KV head [B, kv, S * G, D] @ [B, kv, T, D]^T
         group = n // kv
         bias = _bias(ctx, inputs, layer.attention, key_positions, 4, group)
         grouped = op.Transpose(
             op.Reshape(query, ctx.ints([0, 0, kv, group * dim])), perm=[0, 2, 1, 3]
         )
         rows = op.Reshape(grouped, ctx.ints([0, kv, -1, dim]))
-        scores = scaled(ctx, op.MatMul(rows, keys), layer.attention_scale, F32)
+        scores = _scores(ctx, rows, keys, layer.attention_scale)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, kv, -1, group * dim]))
         out = op.Reshape(op.Transpose(out, perm=[0, 2, 1, 3]), ctx.ints([0, 0, n * dim]))
@@ -441,3 +440,14 @@ def attend(
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
     return out if ctx.dtype == F32 else op.Cast(out, to=ctx.dtype)
+
+
+def _scores(ctx: BuildContext, rows: ir.Value, keys: ir.Value, scale: float) -> ir.Value:
+    """Batched fp32 scores ``scale * rows @ keys^T`` over K as stored ([..., T, D]): one
+    FusedMatMul with K transposed in the GEMM and the scale its alpha. What onnxruntime's
+    optimizer made of the K owner's Transpose + MatMul anyway: the same kernels and decode
+    rate on an H100 (E2B fp16 243.7 / 248.7 tok/s, E4B 145.4 / 145.7, benchmarks/results/
+    cuda_profile-2026-12-07b-*-scores-transb-before-after.json), one node less to read."""
+    if scale == 1.0:
+        return ctx.ms.FusedMatMul(rows, keys, transB=1)
+    return ctx.ms.FusedMatMul(rows, keys, transB=1, alpha=scale)

@@ -51,7 +51,8 @@ def test_transposed_fp16_forms_compute_the_plain_matmul(form: str):
 @pytest.mark.parametrize("model", sorted(ops.ATTENTION))
 def test_attention_forms_compute_the_same_step(model: str):
     """The full layers' explicit decode step with K transposed in memory (MatMul) and with
-    K as stored (FusedMatMul transB=1): the same scores, softmax and P @ V (same draws)."""
+    K as stored (FusedMatMul transB=1): the same scores, softmax and P @ V (same draws); P @ V
+    in fp16, batched or per KV head, within fp16's rounding."""
     import onnxruntime as ort
 
     kv, group = ops.ATTENTION[model]
@@ -65,3 +66,7 @@ def test_attention_forms_compute_the_same_step(model: str):
     plain = run("kt")
     assert plain.shape == x.shape and np.isfinite(plain).all()
     np.testing.assert_allclose(run("transb"), plain, rtol=0, atol=1e-5 * np.abs(plain).max())
+    half = run("pv16")  # P and V rounded to fp16: the same step within their rounding
+    np.testing.assert_allclose(half, plain, rtol=0, atol=3e-3 * np.abs(plain).max())
+    split = run("pv16x")  # per KV head: the same products (the CPU's fp16 GEMM sums them in
+    np.testing.assert_allclose(split, half, rtol=0, atol=1e-3 * np.abs(half).max())  # its order)

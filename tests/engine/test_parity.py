@@ -416,7 +416,7 @@ def _matmul_shapes(package: Path, prompt: list[int]) -> dict[str, tuple[tuple[in
     import onnxruntime as ort
 
     model = onnx.load(package / "model.onnx", load_external_data=False)
-    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    matmuls = [n for n in model.graph.node if n.op_type in ("MatMul", "FusedMatMul")]
     known = {o.name for o in model.graph.output}
     names = sorted({i for n in matmuls for i in n.input if i and i not in known})
     model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
