@@ -71,6 +71,7 @@ def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
     assert result.time_to_first_token_seconds > 0 and result.peak_rss_bytes > 0
     assert panel.table.rowCount() == 1
     assert panel.table.item(0, 7).text() == f"{result.decode_tokens_per_second:,.1f}"
+    assert "new tokens, after 1 warm-up run\n" in panel.table.item(0, 0).toolTip()
     chart = panel.latest_chart
     for key, plot in chart.plots.items():  # decode, prefill, TTFT, load, peak RSS
         bars = [i for i in plot.items if isinstance(i, pg.BarGraphItem)]
@@ -176,6 +177,13 @@ def test_a_long_benchmark_on_the_software_adapter_is_announced_when_it_starts(
     assert said.endswith("“Prompt tokens: 16” “New tokens: 8” “Repeats: 1” “Warm-up runs: 0”.")
     assert "--" not in said
     assert "Done: 1 run recorded." in panel.note.text()
+    panel.warmup.setValue(0)  # the control reaches the request: no longer suggested, and run
+    qtbot.waitUntil(panel.run_button.isEnabled)
+    with qtbot.waitSignal(panel.finished, timeout=120_000) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        said = panel.note.text()
+    assert said.endswith("“Prompt tokens: 16” “New tokens: 8” “Repeats: 1”."), said
+    assert [r.warmup for r in done.args[0].results] == [0]
     monkeypatch.undo()
     qtbot.waitUntil(panel.run_button.isEnabled)  # the worker has let go
     with qtbot.waitSignal(panel.finished, timeout=120_000):  # seconds: nothing to announce

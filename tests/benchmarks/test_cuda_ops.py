@@ -1,7 +1,7 @@
 """cuda_ops.py's split-K form is the same product as one MatMulNBits (on the CPU EP), its
-two attention forms the same step, and every form it times builds a graph that runs: a
-form that computed something else, or did not run, would mislead the comparison made on
-the GPU."""
+attention forms the same step (P @ V in fp16 within its rounding), and every form it times
+builds a graph that runs: a form that computed something else, or did not run, would
+mislead the comparison made on the GPU."""
 
 from __future__ import annotations
 
@@ -68,5 +68,6 @@ def test_attention_forms_compute_the_same_step(model: str):
     np.testing.assert_allclose(run("transb"), plain, rtol=0, atol=1e-5 * np.abs(plain).max())
     half = run("pv16")  # P and V rounded to fp16: the same step within their rounding
     np.testing.assert_allclose(half, plain, rtol=0, atol=3e-3 * np.abs(plain).max())
-    split = run("pv16x")  # per KV head: the same products (the CPU's fp16 GEMM sums them in
-    np.testing.assert_allclose(split, half, rtol=0, atol=1e-3 * np.abs(half).max())  # its order)
+    if kv > 1:  # per KV head: the same products (the CPU's fp16 GEMM sums in its own order)
+        split = run("pv16x")
+        np.testing.assert_allclose(split, half, rtol=0, atol=1e-3 * np.abs(half).max())

@@ -223,10 +223,25 @@ def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(
     owners = config.layer_types[: config.num_hidden_layers - config.num_kv_shared_layers]
     assert ops.count("GroupQueryAttention") == 4  # the sliding layers (E2B: one KV-shared)
     assert ops.count("ScatterElements") == 2 * owners.count("full_attention")  # their K, V
-    # Several KV heads: q grouped per KV head against K transposed once, batched MatMuls.
-    # (An Einsum over [B, S, kv, G, D] ran its P @ V as S * kv GEMMs of G rows each: E4B's
+    # q (grouped per KV head where there are several) against K as stored: one FusedMatMul
+    # (transB) per full layer for the scores, and no Transpose copies a whole buffer. (An
+    # Einsum over [B, S, kv, G, D] ran its P @ V as S * kv GEMMs of G rows each: E4B's
     # 1,024-token prefill at half mobius's rate on an H100.)
     assert "Einsum" not in ops
+    full = config.layer_types.count("full_attention")
+    assert ops.count("FusedMatMul") == full
+    scattered = {o for n in graph.node if n.op_type == "ScatterElements" for o in n.output}
+    producers = {o: n for n in graph.node for o in n.output}
+
+    def reads_buffer(name: str) -> bool:  # through Reshape / Cast, which copy no layout
+        node = producers.get(name)
+        while node is not None and node.op_type in ("Reshape", "Cast"):
+            if node.input[0] in scattered:
+                return True
+            node = producers.get(node.input[0])
+        return name in scattered
+
+    assert not [n.name for n in graph.node if n.op_type == "Transpose" and reads_buffer(n.input[0])]
     manifest = json.loads((out / "export_studio.json").read_text())
     assert manifest["static_kv_kinds"] == ["full"]
 
