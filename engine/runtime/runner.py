@@ -117,6 +117,7 @@ class Runner:
         self._step_inputs: StaticTensors | None = None
         self._decode_binding: Any = None
         self._logits_value: Any = None
+        self._reader: HostReader | None = None
         self._past: dict[str, Any] = {}
 
     @property
@@ -290,7 +291,7 @@ class Runner:
         self.handle.session.run_with_iobinding(binding)
         outputs = dict(zip(names, binding.get_outputs(), strict=True))
         self._past = {past: outputs[present] for past, present in self.presents.items()}
-        return _last_row(outputs[io.logits])
+        return self._last_row(outputs[io.logits])
 
     def _shared_step(self, feed: list[int], total: int, *, first: bool) -> np.ndarray:
         """One run with the KV in the shared buffers.
@@ -324,7 +325,7 @@ class Runner:
                 # The prompt's shape differs from a decode step's: run it outside capture.
                 options.add_run_config_entry("gpu_graph_id", "-1")
             session.run_with_iobinding(binding, options)
-            return _last_row(binding.get_outputs()[-1])
+            return self._last_row(binding.get_outputs()[-1])
         if self._decode_binding is None:
             # One binding for every decode step: KV (and, under capture, the pinned token
             # and mask) stay bound; only what changes is rebound.
@@ -356,7 +357,7 @@ class Runner:
             # Pin the logits buffer the first decode run allocated: replays write there.
             self._logits_value = binding.get_outputs()[-1]
             binding.bind_ortvalue_output(io.logits, self._logits_value)
-        return _last_row(self._logits_value)
+        return self._last_row(self._logits_value)
 
     def _logits_buffer(self) -> Any:
         """A device buffer for the logits that replays write into, made before the first
@@ -374,11 +375,57 @@ class Runner:
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(self.presents[name], value)
 
+    def _last_row(self, value: Any) -> np.ndarray:
+        """Logits of the last position as a float32 [vocab] host array. WebGPU runs
+        return before the device has finished: ``OrtValue.numpy()`` would wait for it
+        holding Python's GIL (on lavapipe 10-20 s a token in which the studio's window
+        and its Cancel froze), so a :class:`HostReader` waits inside a session run."""
+        if self.handle.device != "webgpu":
+            array = value.numpy()
+        else:
+            if self._reader is None:
+                self._reader = HostReader(self.ep)
+            array = self._reader.read(value)
+        return np.asarray(array[0, -1], dtype=np.float32)
 
-def _last_row(value: Any) -> np.ndarray:
-    """Logits of the last position as a float32 [vocab] host array."""
-    array = value.numpy()
-    return np.asarray(array[0, -1], dtype=np.float32)
+
+class HostReader:
+    """Copies rank-3 device tensors of one EP to the host inside a session run (an
+    Identity, its output bound to the host), which onnxruntime runs with the GIL released;
+    one session per dtype, made on first use."""
+
+    def __init__(self, ep: str) -> None:
+        self.ep = ep
+        self._sessions: dict[int, Any] = {}
+
+    def read(self, value: Any) -> np.ndarray:
+        kind = value.element_type()
+        if kind not in self._sessions:
+            self._sessions[kind] = self._session(kind)
+        session = self._sessions[kind]
+        binding = session.io_binding()  # a binding keeps its output's first shape
+        binding.bind_ortvalue_input("x", value)
+        binding.bind_output("y", "cpu")
+        session.run_with_iobinding(binding)
+        return np.asarray(binding.get_outputs()[0].numpy())
+
+    def _session(self, kind: int) -> Any:
+        import tempfile
+
+        from onnx import helper, save
+
+        dims = ["b", "s", "v"]
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "host_reader",
+            [helper.make_tensor_value_info("x", kind, dims)],
+            [helper.make_tensor_value_info("y", kind, dims)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+        with tempfile.TemporaryDirectory(prefix="es-reader-") as folder:
+            path = os.path.join(folder, "reader.onnx")
+            save(model, path)
+            return create_session(path, self.ep, profile_first_run=False).session
 
 
 def greedy_tokens(

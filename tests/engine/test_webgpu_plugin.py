@@ -229,3 +229,75 @@ def test_int8_weights_at_block_128_beside_int4_run_on_the_plugin(plugin, tmp_pat
     last_rows = np.stack([np.asarray(step).reshape(-1, step.shape[-1])[-1] for step in logits])
     diff = float(np.abs(np.stack(run.logits) - last_rows[: len(run.logits)]).max())
     assert diff <= LAVAPIPE_TOL, diff
+
+
+def test_reading_webgpu_logits_leaves_python_free_while_the_device_works(tmp_path: Path):
+    """A WebGPU run returns before the device has finished; ``OrtValue.numpy()`` then waits
+    for it holding Python's GIL, which froze the studio's window and its Cancel for 10-20 s
+    a token on lavapipe. The runner reads logits through :class:`HostReader`, whose session
+    run waits with the GIL released: another Python thread keeps running meanwhile."""
+    import threading
+    import time
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engine.runtime.device_io import device_value
+    from engine.runtime.runner import HostReader
+    from engine.runtime.session import create_session
+
+    width, depth = 2048, 6  # about a second of lavapipe
+    rng = np.random.default_rng(0)
+    nodes, weights, x = [], [], "x"
+    for i in range(depth):
+        w = (rng.standard_normal((width, width)) / width**0.5).astype(np.float32)
+        weights.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"h{i}"]))
+        x = f"h{i}"
+    shape = [1, 64, width]
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("Identity", [x], ["y"])],
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        initializer=weights,
+    )
+    onnx.save(helper.make_model(graph, ir_version=10), tmp_path / "chain.onnx")
+    handle = create_session(tmp_path / "chain.onnx", "webgpu", profile_first_run=False)
+    session = handle.session
+    inputs = np.ones(shape, np.float32)
+    outputs = device_value(np.zeros(shape, np.float32), handle.device)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", device_value(inputs, handle.device))
+    binding.bind_ortvalue_output("y", outputs)
+    reader = HostReader("webgpu")
+    session.run_with_iobinding(binding)
+    expected = outputs.numpy()  # also compiles the pipelines
+
+    def timed(read) -> tuple[float, float, np.ndarray]:
+        """(seconds the read took, the longest another thread waited, what it read)."""
+        gaps, done = [0.0], threading.Event()
+
+        def tick() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                time.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        started = time.perf_counter()
+        session.run_with_iobinding(binding)
+        got = read(outputs)
+        seconds = time.perf_counter() - started
+        done.set()
+        ticker.join()
+        return seconds, max(gaps), got
+
+    seconds, held, got = timed(lambda value: value.numpy())
+    assert held > 0.5 * seconds  # the GIL held through the wait (the case this fixes)
+    seconds, held, got = timed(reader.read)
+    np.testing.assert_array_equal(got, expected)
+    assert held < max(0.3 * seconds, 0.1), (held, seconds)
