@@ -5,7 +5,8 @@ a recording ``progress`` and a :class:`engine.progress.CancelToken`, no event lo
 :class:`Worker` runs it on a pool thread and reports through signals that live on a
 separate QObject: ``started``, ``progress(fraction, message)``, ``returned(result)``,
 ``errored(exception)``, ``finished``. Progress is throttled so a job that reports per
-tensor cannot flood the UI thread.
+tensor cannot flood the UI thread; a report held back is sent when its interval ends (the
+last step's name is never lost to a quicker one before it).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class Worker(QRunnable):
         self._job = job
         self._min_interval = min_interval_s
         self._last_emit = 0.0
+        self._pending: tuple[float, str] | None = None
+        """The latest report held back, sent by a timer at the end of its interval."""
+        self._closed = False
         self._lock = threading.Lock()
         self._running = False
         self.signals.finished.connect(self._forget)
@@ -64,8 +68,10 @@ class Worker(QRunnable):
         try:
             result = self._job(self._report, self.cancel_token)
         except BaseException as exc:  # every failure goes to the UI, none is swallowed
+            self._close()
             self._emit(self.signals.errored, exc)
         else:
+            self._close()
             self._emit(self.signals.returned, result)
         finally:
             self._running = False
@@ -81,12 +87,32 @@ class Worker(QRunnable):
 
     def _report(self, fraction: float, message: str) -> None:
         now = time.monotonic()
+        with self._lock:  # emitting under it keeps reports in order (a signal only posts)
+            if self._closed:
+                return
+            wait = self._min_interval - (now - self._last_emit)
+            held = self._pending is not None
+            if fraction >= 1.0 or wait <= 0:
+                self._last_emit, self._pending = now, None
+                self._emit(self.signals.progress, float(fraction), str(message))
+                return
+            self._pending = (float(fraction), str(message))
+        if not held:  # one timer per interval sends whatever is latest by then
+            timer = threading.Timer(wait, self._flush)
+            timer.daemon = True
+            timer.start()
+
+    def _flush(self) -> None:
         with self._lock:
-            due = fraction >= 1.0 or now - self._last_emit >= self._min_interval
-            if due:
-                self._last_emit = now
-        if due:
-            self._emit(self.signals.progress, float(fraction), str(message))
+            pending, self._pending = self._pending, None
+            if pending is not None and not self._closed:
+                self._last_emit = time.monotonic()
+                self._emit(self.signals.progress, *pending)
+
+    def _close(self) -> None:
+        """No progress after the outcome (a held report is dropped, a timer finds none)."""
+        with self._lock:
+            self._closed, self._pending = True, None
 
     # Called from the UI thread.
     def start(self, pool: QThreadPool | None = None) -> Worker:
