@@ -401,6 +401,8 @@ class BenchPanel(QWidget):
 
     def _completed(self, outcome: BenchOutcome) -> None:
         self.latest = outcome
+        if self._loaded:  # the history redrew before this outcome was the latest
+            self.refresh()
         self.progress.setValue(1000)
         runs = len(outcome.results)
         lines = [f"Done: {runs} run{'s' * (runs != 1)} recorded."]
@@ -470,14 +472,20 @@ class BenchPanel(QWidget):
                     _tokens(r),
                     f"{r.load_seconds:.2f}",
                     f"{r.time_to_first_token_seconds * 1e3:,.1f}",
-                    f"{r.prefill_tokens_per_second:,.0f}",
-                    f"{r.decode_tokens_per_second:,.1f}",
+                    _rate(r.prefill_tokens_per_second, 0),
+                    _rate(r.decode_tokens_per_second, 1),
                     format_bytes(r.peak_rss_bytes),
                 )
                 for run, r in rows
             ],
             tooltips=[_run_tooltip(run) for run, _ in rows],
         )
+
+
+def _rate(value: float, decimals: int) -> str:
+    """tok/s as the table shows them: three significant digits under 10 (a software
+    adapter's 0.079 tok/s decode is not "0.1", its 0.29 tok/s prefill not "0")."""
+    return f"{value:.3g}" if 0 < value < 10 else f"{value:,.{decimals}f}"
 
 
 def _tokens(r: Any) -> str:
@@ -496,9 +504,9 @@ def _run_tooltip(run: BenchRun) -> str:
         f"runtime {r.runtime}, EP {r.ep} ({r.provider}), graph capture {capture}\n"
         f"{r.prompt_length} prompt tokens, {r.new_tokens} new tokens, after {r.warmup} "
         f"warm-up run{'s' * (r.warmup != 1)}\n"
-        f"prefill {r.prefill_tokens_per_second:,.1f} tok/s\n"
-        f"decode {r.decode_tokens_per_second:,.1f} tok/s (min-max "
-        f"{r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f} "
+        f"prefill {_rate(r.prefill_tokens_per_second, 1)} tok/s\n"
+        f"decode {_rate(r.decode_tokens_per_second, 1)} tok/s (min-max "
+        f"{_rate(r.decode_tokens_per_second_min, 1)}-{_rate(r.decode_tokens_per_second_max, 1)} "
         f"over {len(r.decode_tokens_per_second_runs) or r.repeats} runs)"
     )
 

@@ -89,6 +89,25 @@ def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
     assert [r.result for r in reopened.history.runs] == [result]  # the engine's record, whole
 
 
+def test_a_second_run_of_the_package_is_what_the_latest_chart_shows(
+    qtbot, window: MainWindow, packages
+):
+    """The history redrew (on historyChanged) while the previous outcome was still the
+    latest, and nothing redrew after: a second run's chart showed the first's numbers."""
+    panel = _open(qtbot, window, packages["cpu"])
+    panel.prompt_len.setValue(8)
+    panel.new_tokens.setValue(4)
+    for repeats in (3, 2):
+        panel.repeats.setValue(repeats)
+        qtbot.waitUntil(panel.run_button.isEnabled)
+        with qtbot.waitSignal(panel.finished, timeout=120_000) as done:
+            qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        (r,) = done.args[0].results
+        spread = f"{r.decode_tokens_per_second_min:,.1f}-{r.decode_tokens_per_second_max:,.1f}"
+        said = panel.latest_chart.legend.text()
+        assert f"decode spread over {repeats} runs: off {spread} " in said, said
+
+
 def test_the_capture_off_results_are_kept_when_the_capture_run_fails(packages):
     request = BenchRequest(packages["cpu"], prompt_len=8, new_tokens=4, repeats=1, capture="both")
     outcome = bench_job(request, lambda f, m: None, CancelToken())
@@ -395,3 +414,12 @@ def test_the_latest_runs_legend_names_each_run_count_when_they_differ(qtbot):
     assert "capture speed-up 1.60x" in text
     chart.set_runs(off, replace(on, repeats=10), "p")
     assert "decode spread over 10 runs: off 39.0-57.3" in chart.legend.text()
+
+
+def test_slow_rates_keep_their_digits_in_the_history():
+    """On lavapipe a full-size package prefills 0.29 and decodes 0.079 tok/s: the table
+    said "0" and "0.1"."""
+    from app.widgets.bench_panel import _rate
+
+    assert [_rate(0.29, 0), _rate(0.0792, 1), _rate(4.5678, 1)] == ["0.29", "0.0792", "4.57"]
+    assert [_rate(34997.1, 0), _rate(248.71, 1), _rate(0.0, 1)] == ["34,997", "248.7", "0.0"]
