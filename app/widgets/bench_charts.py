@@ -99,7 +99,8 @@ class LatestRunsChart(QWidget):
         """The latest runs of ``package`` (its folder's name, said in the title)."""
         self.off, self.on, self.package = off, on, package
         of = f" of {package}" if package else ""
-        self.title.setText(f"Latest runs{of}: capture off vs on")
+        ran = "capture on" if off is None and on else "capture off" if off and on is None else ""
+        self.title.setText(f"Latest runs{of}: {ran or 'capture off vs on'}")
         self.empty.setText(
             f"No runs{of} yet: Run benchmark (Ctrl+R)."
             if package

@@ -73,6 +73,7 @@ def test_a_cpu_package_is_offered_no_capture_and_its_run_charts_every_metric(
     assert panel.table.item(0, 7).text() == f"{result.decode_tokens_per_second:,.1f}"
     assert "new tokens, after 1 warm-up run\n" in panel.table.item(0, 0).toolTip()
     chart = panel.latest_chart
+    assert chart.title.text().endswith(": capture off")  # no "vs on" over empty bars
     for key, plot in chart.plots.items():  # decode, prefill, TTFT, load, peak RSS
         bars = [i for i in plot.items if isinstance(i, pg.BarGraphItem)]
         assert len(bars) == 1, key
@@ -225,6 +226,7 @@ def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     outcome = done.args[0]
     assert outcome.problem is None, outcome.problem
     assert [r.graph_capture for r in outcome.results] == [False, True]
+    assert panel.latest_chart.title.text().endswith(": capture off vs on")
     assert {r.provider for r in outcome.results} == {"WebGpuExecutionProvider"}
     assert all(any("software adapter" in n for n in r.notes) for r in outcome.results)
     assert all("software adapter" in (r.adapter or "") for r in outcome.results)
