@@ -11,7 +11,7 @@ its outputs are bound to them, so every run overwrites them in place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,26 +109,36 @@ def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], prov
     import onnxruntime as ort
 
     try:
-        from onnx import helper
+        import onnx  # noqa: F401  (identity_model builds with it)
     except ImportError as exc:
         raise RuntimeUnavailableError(
             "the onnx package is needed to keep inputs on this EP's device; pip install onnx"
         ) from exc
-    inputs, outputs, nodes = [], [], []
-    for name, (shape, dtype) in specs.items():
+    for name, (_, dtype) in specs.items():
         if dtype not in _ONNX_TYPES:
             raise RuntimeUnavailableError(
                 f"{name}: {dtype} tensors cannot be uploaded by this runner; "
                 f"use {option('runtime', 'genai')} for this package"
             )
-        elem = _ONNX_TYPES[dtype]
-        inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        outputs.append(helper.make_tensor_value_info(name + "_out", elem, list(shape)))
-        nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
-    graph = helper.make_graph(nodes, "upload", inputs, outputs)
-    # IR 10 / opset 21: onnxruntime-webgpu 1.27 refuses newer IR versions.
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    model = identity_model(
+        {name: (shape, _ONNX_TYPES[dtype]) for name, (shape, dtype) in specs.items()}
+    )
     providers = (
         [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
     )
     return ort.InferenceSession(model.SerializeToString(), providers=providers)
+
+
+def identity_model(specs: Mapping[str, tuple[Sequence[int | str], int]]) -> Any:
+    """An ONNX model copying each input ``x`` to output ``x_out``: name -> (shape, ONNX
+    element type); a dimension may be symbolic (a string)."""
+    from onnx import helper
+
+    inputs, outputs, nodes = [], [], []
+    for name, (shape, elem) in specs.items():
+        inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        outputs.append(helper.make_tensor_value_info(name + "_out", elem, list(shape)))
+        nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
+    graph = helper.make_graph(nodes, "identity", inputs, outputs)
+    # IR 10 / opset 21: onnxruntime-webgpu 1.27 refuses newer IR versions.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)

@@ -27,7 +27,7 @@ import numpy as np
 
 from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
 from engine.progress import CancelToken
-from engine.runtime.device_io import StaticTensors, device_value
+from engine.runtime.device_io import StaticTensors, device_value, identity_model
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
@@ -405,23 +405,16 @@ class HostReader:
         session = self._sessions[kind]
         binding = session.io_binding()  # a binding keeps its output's first shape
         binding.bind_ortvalue_input("x", value)
-        binding.bind_output("y", "cpu")
+        binding.bind_output("x_out", "cpu")
         session.run_with_iobinding(binding)
         return np.asarray(binding.get_outputs()[0].numpy())
 
     def _session(self, kind: int) -> Any:
         import tempfile
 
-        from onnx import helper, save
+        from onnx import save
 
-        dims = ["b", "s", "v"]
-        graph = helper.make_graph(
-            [helper.make_node("Identity", ["x"], ["y"])],
-            "host_reader",
-            [helper.make_tensor_value_info("x", kind, dims)],
-            [helper.make_tensor_value_info("y", kind, dims)],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+        model = identity_model({"x": (["b", "s", "v"], kind)})
         with tempfile.TemporaryDirectory(prefix="es-reader-") as folder:
             path = os.path.join(folder, "reader.onnx")
             save(model, path)
