@@ -23,7 +23,8 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
   buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
   fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
   (onnxruntime-genai allocates every cache in the type of the first past input);
-* attention is explicit in fp32: ``softmax(q K^T + bias) V`` (batch 1 under capture: with
+* attention is explicit in fp32 (but for fp16 CUDA packages' ``P @ V``: see
+  :func:`_weighted`): ``softmax(q K^T + bias) V`` (batch 1 under capture: with
   one KV head the scores are a Gemm with K transposed in the kernel and the mask as its C,
   with several an Einsum over the head dimension, K never transposed in memory; batched
   (CUDA): q grouped per KV head, ``[B, kv, S * G, D]``, a FusedMatMul over K as stored
@@ -54,7 +55,8 @@ from engine.spec import AttentionKind, LayerSpec
 F32 = ir.DataType.FLOAT
 I32 = ir.DataType.INT32
 CORE_DTYPE = "fp32"
-"""Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V)."""
+"""Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V; fp16 CUDA
+packages run their P @ V in fp16: :func:`_weighted`)."""
 KV_DTYPE = F32
 """Dtype of the KV buffers (the core's)."""
 
@@ -82,7 +84,7 @@ class StaticInputs:
     kv_dtype: ir.DataType = KV_DTYPE
     """Dtype of the KV buffers: the core's fp32, or the package's where these layers share
     the one cache dtype genai allocates with GroupQueryAttention layers (K / V are rounded
-    to it as written and read back as fp32)."""
+    to it as written and read back as fp32, V of fp16 CUDA packages excepted)."""
     kind_ids: dict[AttentionKind, ir.Value] = field(default_factory=dict)
     """Per kind, position ids that differ from ``position_ids`` (longrope's long set)."""
     batch_one: bool = True
@@ -348,7 +350,7 @@ def _prepare(
     [B, 1, kv, T, D] against probabilities [B, S, kv, G, T]; not batch 1: K and V as stored
     [B, kv, T, D] for batched GEMMs over [B, kv, S * G, ...]. K is never transposed in
     memory. Buffers of another dtype are read back as fp32 here, once for every layer that
-    reads them."""
+    reads them (V of fp16 CUDA packages excepted: :func:`_weighted`)."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
     if layer.attention == "sliding" and inputs.batch_one:
@@ -362,7 +364,9 @@ def _prepare(
         keys = op.GatherElements(keys, index, axis=2)
         values = op.GatherElements(values, index, axis=2)
     if inputs.kv_dtype != F32:
-        keys, values = op.Cast(keys, to=F32), op.Cast(values, to=F32)
+        keys = op.Cast(keys, to=F32)
+        if not _half_weights(inputs):  # else V stays as the buffers hold it (_weighted)
+            values = op.Cast(values, to=F32)
     if layer.attention == "full" and inputs.buffer_positions is None:
         inputs.buffer_positions = _buffer_positions(ctx, keys)
     if kv == 1 and inputs.batch_one:
@@ -379,8 +383,9 @@ def _prepare(
 def attend(
     ctx: BuildContext, layer: LayerSpec, inputs: StaticInputs, query: ir.Value, source: int
 ) -> ir.Value:
-    """``softmax(q K^T + bias) V`` in fp32 for rotated q [B, S, N * D] over the K / V that
-    layer ``source`` prepared. Returns [B, S, N * D] in the activation dtype.
+    """``softmax(q K^T + bias) V`` in fp32 (:func:`_weighted` excepted) for rotated q
+    [B, S, N * D] over the K / V that layer ``source`` prepared. Returns [B, S, N * D] in
+    the activation dtype.
 
     One KV head (batch 1): the scores are ``Gemm(q [S * N, D], K [T, D], transB, C=bias)``,
     the mask added in the same kernel, and ``P @ V`` a 2-D MatMul. On the H200 under
@@ -406,7 +411,7 @@ def attend(
         rows = op.Reshape(query, ctx.ints([0, -1, dim]))
         scores = _scores(ctx, rows, keys, layer.attention_scale)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
-        out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, -1, n * dim]))
+        out = op.Reshape(_weighted(ctx, inputs, probs, values), ctx.ints([0, -1, n * dim]))
     elif kv == 1:
         bias = _bias(ctx, inputs, layer.attention, key_positions, 2, n)
         rows = op.Reshape(query, ctx.ints([-1, dim]))  # [S * N, D], batch 1
@@ -429,7 +434,8 @@ def attend(
         rows = op.Reshape(grouped, ctx.ints([0, kv, -1, dim]))
         scores = _scores(ctx, rows, keys, layer.attention_scale)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
-        out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, kv, -1, group * dim]))
+        out = _weighted(ctx, inputs, probs, values)
+        out = op.Reshape(out, ctx.ints([0, kv, -1, group * dim]))
         out = op.Reshape(op.Transpose(out, perm=[0, 2, 1, 3]), ctx.ints([0, 0, n * dim]))
     else:
         shape = [0, 0, kv, n // kv, dim]
@@ -439,7 +445,28 @@ def attend(
         scores = scaled(ctx, scores, layer.attention_scale, F32)
         probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Reshape(op.MatMul(probs, values), ctx.ints([0, 0, n * dim]))
-    return out if ctx.dtype == F32 else op.Cast(out, to=ctx.dtype)
+    made = inputs.kv_dtype if _half_weights(inputs) else F32  # as _weighted leaves it
+    return out if made == ctx.dtype else op.Cast(out, to=ctx.dtype)
+
+
+def _half_weights(inputs: StaticInputs) -> bool:
+    """Whether :func:`_weighted` runs in fp16: batched (CUDA) over fp16 buffers. bf16
+    packages keep fp32 until a GPU has timed them."""
+    return not inputs.batch_one and inputs.kv_dtype == ir.DataType.FLOAT16
+
+
+def _weighted(
+    ctx: BuildContext, inputs: StaticInputs, probs: ir.Value, values: ir.Value
+) -> ir.Value:
+    """Batched ``P @ V``. Over fp16 buffers (fp16 CUDA packages) the normalized
+    probabilities are rounded to fp16 and V is read as stored, no fp32 copy of it (cuBLAS
+    accumulates in fp32; a probability under fp16's 6.1e-5 keeps less precision, an
+    absolute error of ~1e-4 |V| at most). In fp32 with TF32 off, this GEMM read E4B's
+    4,096-slot V (two KV heads, M = 4 rows each) on 16 blocks: 104 us a full layer on an
+    H100, 11% of a decode step. Elsewhere: fp32."""
+    if not _half_weights(inputs):
+        return ctx.op.MatMul(probs, values)
+    return ctx.op.MatMul(ctx.op.Cast(probs, to=inputs.kv_dtype), values)
 
 
 def _scores(ctx: BuildContext, rows: ir.Value, keys: ir.Value, scale: float) -> ir.Value:

@@ -286,6 +286,8 @@ def test_cuda_fp16_full_layers_track_the_all_gqa_package(
     new one is no further from transformers."""
     import dataclasses
 
+    import onnx
+
     import engine.caps as caps
 
     model_dir, model = cuda_heads
@@ -296,6 +298,13 @@ def test_cuda_fp16_full_layers_track_the_all_gqa_package(
     monkeypatch.setitem(caps._REGISTRY, "cuda", cuda)
     export(plain, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp16"))
     assert json.loads((plain / "export_studio.json").read_text())["static_kv_kinds"] == []
+    # P @ V in fp16 over V as cached: the KV owners cast their K to fp32, never their V
+    graph = onnx.load(mixed / "model.onnx", load_external_data=False).graph
+    scattered = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "ScatterElements"}
+    cast = [
+        scattered[n.input[0]] for n in graph.node if n.op_type == "Cast" and n.input[0] in scattered
+    ]
+    assert cast and all(".key" in name for name in cast), cast
 
     _, mixed_logits = ort_greedy(mixed, PROMPT, DECODE_STEPS, forced=ref_tokens)
     _, plain_logits = ort_greedy(plain, PROMPT, DECODE_STEPS, forced=ref_tokens)
