@@ -139,12 +139,13 @@ BENCH_SETTINGS = ("prompt_len", "new_tokens", "repeats", "warmup", "graph_captur
 """The Benchmark tab's settings a quick look may change."""
 
 
-def slow_bench_note(request: BenchRequest) -> str | None:
+def slow_bench_note(request: BenchRequest) -> tuple[str, bool] | None:
     """What to say before a benchmark that a software adapter makes last minutes (the
-    engine's ``slow_bench_warning``, in the app's words), or None. Cheap once the tab has
-    its :class:`PackageFacts` (the plugin is registered by then)."""
+    engine's ``slow_bench``, in the app's words) and whether it suggests quicker settings,
+    or None. Cheap once the tab has its :class:`PackageFacts` (the plugin is registered by
+    then)."""
     from app.wording import render
-    from engine.runtime.bench import slow_bench_warning
+    from engine.runtime.bench import slow_bench
     from engine.runtime.package import open_package
 
     if request.images or request.audios:
@@ -153,10 +154,10 @@ def slow_bench_note(request: BenchRequest) -> str | None:
         package = open_package(request.package)
     except EngineError:
         return None  # the run itself says what is wrong
-    warning = slow_bench_warning(
+    slow = slow_bench(
         package, _bench_config(request), request.capture, BENCH_SETTINGS, capture_check=False
     )
-    return render(warning) if warning is not None else None
+    return None if slow is None else (render(str(slow)), slow.quick is not None)
 
 
 def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) -> BenchOutcome:

@@ -226,7 +226,7 @@ CONTROLS: dict[str, Control] = {
     "runtime": Control(
         "R&untime",
         "Our onnxruntime loop (IOBinding, node placement measured) or onnxruntime-genai.",
-        (("onnxruntime (our runner)", "ort"), ("onnxruntime-genai", "genai")),
+        (("our runner (ort)", "ort"), ("onnxruntime-genai", "genai")),
     ),
     "prompt_len": Control("&Prompt tokens", "Length of the seeded random prompt."),
     "new_tokens": Control("&New tokens", "Tokens generated per timed run (at least 2)."),

@@ -20,8 +20,9 @@ _UNITS = {
 }
 
 
-def format_bytes(n: int | float) -> str:
-    """Binary units with one decimal: B, KiB, MiB, GiB, TiB."""
+def format_bytes(n: int | float, compact: bool = False) -> str:
+    """Binary units with one decimal: B, KiB, MiB, GiB, TiB; ``compact`` drops a ".0"
+    (256 MiB, where a narrow control shows it)."""
     value = float(n)
     if abs(value) < 1024:
         return f"{int(value)} B"
@@ -29,7 +30,8 @@ def format_bytes(n: int | float) -> str:
         value /= 1024
         if abs(value) < 1024 or unit == "TiB":
             break
-    return f"{value:.1f} {unit}"
+    text = f"{value:.1f}"
+    return f"{text[:-2] if compact and text.endswith('.0') else text} {unit}"
 
 
 def parse_bytes(text: str) -> int:

@@ -111,7 +111,7 @@ class BenchPanel(QWidget):
         self.browse = QPushButton("Bro&wse…")
         self.browse.setToolTip("Choose a package folder")
         self.runtime = combo("runtime")
-        self.ep = combo("ep", [("the package's EP", None)])
+        self.ep = combo("ep", [("as built", None)])
         for name in list_eps():
             self.ep.addItem(get_caps(name).display_name, name)
         self.ep.setToolTip(
@@ -292,7 +292,8 @@ class BenchPanel(QWidget):
             self.run_button.setToolTip("Choose a package folder first")
             return
         self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
-        self.ep.setItemText(0, f"the package's EP ({get_caps(facts.ep).display_name})")
+        # the EP first: a narrow window cuts a combo's text at its end
+        self.ep.setItemText(0, f"{get_caps(facts.ep).display_name} (as built)")
         _disable(self.ep, {None: facts.eps.get(facts.ep), **facts.eps})
         _keep_enabled_choice(self.ep)
         self._show_runtime_choices()
@@ -367,7 +368,8 @@ class BenchPanel(QWidget):
             if slow is None:
                 self._say("Running…", "off")
             else:  # minutes on a software adapter: say so, and what a quick look takes
-                self._say(f"Running… {slow}.", "warning")
+                text, advice = slow  # a warning only where quicker settings are offered
+                self._say(f"Running… {text}.", "warning" if advice else "off")
         return worker
 
     def cancel(self) -> None:

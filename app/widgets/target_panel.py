@@ -83,7 +83,7 @@ class TargetPanel(QGroupBox):
         self.limit_mode = combo("max_buffer_size")
         self.limit = described(QLineEdit(), "max_buffer_size", " (custom value)")
         self.limit.setPlaceholderText("e.g. 1GiB")
-        self.limit.setMaximumWidth(90)
+        self.limit.setMaximumWidth(80)
         self.force = checkbox("force")
         self.keep_float = described(QLineEdit(), "keep_float")
         self.keep_float.setPlaceholderText("none")
@@ -246,7 +246,8 @@ class TargetPanel(QGroupBox):
         self.symmetric.setChecked(options.symmetric)
         self.quantize_lm_head.setChecked(options.quantize_lm_head)
         self.seed.setValue(options.seed)
-        default = format_bytes(caps.max_buffer_size) if caps.max_buffer_size else "no limit"
+        limit = caps.max_buffer_size
+        default = format_bytes(limit, compact=True) if limit else "no limit"
         self.limit_mode.setItemText(0, f"EP default ({default})")
         custom = options.max_buffer_size is not None
         self.limit_mode.setCurrentIndex(1 if custom else 0)

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         compare_capture,
         fit_lengths,
         run_bench,
-        slow_bench_warning,
+        slow_bench,
         validate_capture,
     )
     from engine.runtime.media import MediaPrompt
@@ -120,9 +120,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionsError(f"{option('graph_capture', mode)}: {obstacle.why}; {fix}")
     # (a prompt with media is genai's processor's: its length is not known here)
     keep = args.graph_capture in ("on", "both")  # asked for: a quick look keeps it
-    warning = slow_bench_warning(package, config, mode, keep_capture=keep) if not media else None
+    warning = slow_bench(package, config, mode, keep_capture=keep) if not media else None
     if warning is not None:  # before minutes of a software adapter: what a quick look takes
-        print(f"note: {render_message(warning)}", file=sys.stderr, flush=True)
+        print(f"note: {render_message(str(warning))}", file=sys.stderr, flush=True)
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":

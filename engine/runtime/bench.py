@@ -14,7 +14,7 @@ import statistics
 import sys
 import traceback
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,7 +91,7 @@ QUICK_LOOK: dict[str, tuple[int | str, str]] = {
     "warmup": (0, option("warmup", 0)),
     "graph_capture": ("off", option("graph_capture", "off")),
 }
-"""The settings :func:`slow_bench_warning` offers instead: option key -> (value, markup)."""
+"""The settings :func:`slow_bench` offers instead: option key -> (value, markup)."""
 
 
 def software_adapter_seconds(
@@ -154,20 +154,33 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def slow_bench_warning(
+@dataclass(frozen=True)
+class SlowBench:
+    """What to say before a benchmark a software adapter makes slow (option markup)."""
+
+    said: str
+    """The adapter, the weights a token reads and roughly how long this benchmark takes."""
+    quick: str | None
+    """How long a quick look takes and the settings that differ for it; None where the
+    chosen settings are already about as quick."""
+
+    def __str__(self) -> str:
+        return self.said if self.quick is None else f"{self.said}; {self.quick}"
+
+
+def slow_bench(
     package: Package,
     config: BenchConfig,
     capture: CaptureMode,
     settable: Collection[str] = tuple(QUICK_LOOK),
     capture_check: bool = True,
     keep_capture: bool = False,
-) -> str | None:
+) -> SlowBench | None:
     """What to say before a benchmark that a software adapter makes last more than
-    :data:`SLOW_BENCH_SECONDS` (option markup), with the :data:`QUICK_LOOK` settings among
-    ``settable`` (the option keys this face offers) that differ from the chosen ones and
-    how long they take; None otherwise. ``capture_check``: as
-    :func:`software_adapter_seconds`; ``keep_capture``: the user asked for this capture
-    mode, so the quick look keeps it."""
+    :data:`SLOW_BENCH_SECONDS`, with the :data:`QUICK_LOOK` settings among ``settable``
+    (the option keys this face offers) that differ from the chosen ones and how long they
+    take; None otherwise. ``capture_check``: as :func:`software_adapter_seconds`;
+    ``keep_capture``: the user asked for this capture mode, so the quick look keeps it."""
     adapter = _software_adapter(package, config)
     if adapter is None:
         return None
@@ -202,9 +215,9 @@ def slow_bench_warning(
         f"{'takes' if runs == 1 else 'take'} roughly {_duration(seconds)}"
     )
     if quick_seconds > 0.5 * seconds:
-        return said  # already about as quick as a look gets
+        return SlowBench(said, None)  # already about as quick as a look gets
     settings = " ".join(QUICK_LOOK[k][1] for k, value in quick.items() if chosen[k] != value)
-    return f"{said}; for a quick look (about {_duration(quick_seconds)}): {settings}"
+    return SlowBench(said, f"for a quick look (about {_duration(quick_seconds)}): {settings}")
 
 
 def _duration(seconds: float) -> str:

@@ -190,12 +190,12 @@ def test_a_long_benchmark_on_the_software_adapter_is_announced_when_it_starts(
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 5e4)
     with qtbot.waitSignal(panel.finished, timeout=120_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-        said = panel.note.text()
+        said, level = panel.note.text(), panel.note.level
     assert said.startswith("Running… webgpu runs through the WebGpuExecutionProvider plugin")
     assert "software adapter (lavapipe, no GPU) here" in said and "roughly" in said
     # capture is off already; the tab's warm-up run is one more generation
     assert said.endswith("“Prompt tokens: 16” “New tokens: 8” “Repeats: 1” “Warm-up runs: 0”.")
-    assert "--" not in said
+    assert "--" not in said and level == "warning"  # advice: in the warning's colour
     assert "Done: 1 run recorded." in panel.note.text()
     panel.warmup.setValue(0)  # the control reaches the request: no longer suggested, and run
     qtbot.waitUntil(panel.run_button.isEnabled)
@@ -204,6 +204,15 @@ def test_a_long_benchmark_on_the_software_adapter_is_announced_when_it_starts(
         said = panel.note.text()
     assert said.endswith("“Prompt tokens: 16” “New tokens: 8” “Repeats: 1”."), said
     assert [r.warmup for r in done.args[0].results] == [0]
+    # Settings already a quick look: how long it takes, as news, not as a warning.
+    panel.prompt_len.setValue(16)
+    panel.new_tokens.setValue(8)
+    panel.repeats.setValue(1)
+    qtbot.waitUntil(panel.run_button.isEnabled)
+    with qtbot.waitSignal(panel.finished, timeout=120_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        said, level = panel.note.text(), panel.note.level
+    assert "roughly" in said and "quick look" not in said and level == "off", (said, level)
     monkeypatch.undo()
     qtbot.waitUntil(panel.run_button.isEnabled)  # the worker has let go
     with qtbot.waitSignal(panel.finished, timeout=120_000):  # seconds: nothing to announce

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QApplication, QLabel, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QLabel,
+    QStyle,
+    QStyleOptionComboBox,
+    QWidget,
+)
 
 from app.state import ModelSource
 from app.theme import IndicatorStyle, contrast_ratio, dark_palette
@@ -49,9 +56,22 @@ def _visible_labels(root: QWidget) -> list[QLabel]:
     return [w for w in root.findChildren(QLabel) if w.isVisible() and w.text().strip()]
 
 
+def _combo_clipped(box: QComboBox) -> bool:
+    """Whether a combo box's chosen text is wider than the field that shows it."""
+    option = QStyleOptionComboBox()
+    box.initStyleOption(option)
+    field = box.style().subControlRect(
+        QStyle.ComplexControl.CC_ComboBox, option, QStyle.SubControl.SC_ComboBoxEditField, box
+    )
+    return box.fontMetrics().horizontalAdvance(box.currentText()) > field.width()
+
+
 def check(window: QWidget, name: str) -> list[str]:
     """What a person would see wrong on this screen."""
     problems = []
+    for box in window.findChildren(QComboBox):
+        if box.isVisible() and not box.isEditable() and _combo_clipped(box):
+            problems.append(f"{name}: combo box text clipped: {box.currentText()[:60]!r}")
     for label in _visible_labels(window):
         if not label.wordWrap() and label.width() + 2 < label.minimumSizeHint().width():
             problems.append(f"{name}: label clipped: {label.text()[:60]!r}")

@@ -329,16 +329,16 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     from engine.cli import main
     from engine.errors import render_message
     from engine.runtime import bench as bench_module
-    from engine.runtime.bench import BenchConfig, slow_bench_warning
+    from engine.runtime.bench import BenchConfig, slow_bench
     from engine.runtime.package import open_package
 
     _software_plugin(monkeypatch)
     opened = open_package(package)
     config = BenchConfig(prompt_length=128, new_tokens=64, repeats=3, warmup=1)
-    assert slow_bench_warning(opened, config, "both") is None  # a tiny decoder: seconds
+    assert slow_bench(opened, config, "both") is None  # a tiny decoder: seconds
     # The same benchmark of a decoder a thousand times this one's size, per second of lavapipe:
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 3e5)
-    warning = render_message(slow_bench_warning(opened, config, "both") or "")
+    warning = render_message(str(slow_bench(opened, config, "both") or ""))
     assert f"{package.name} runs through the WebGpuExecutionProvider plugin 0.4.0, " in warning
     assert "software adapter (lavapipe, no GPU) here, where each token reads its 1.4 MiB" in warning
     assert warning.endswith(
@@ -347,20 +347,22 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
         "--graph-capture off"
     ), warning
     # only the settings that differ from the chosen ones, among those the face offers
-    off = render_message(slow_bench_warning(opened, config, "off") or "")
+    off = render_message(str(slow_bench(opened, config, "off") or ""))
     assert off.endswith("--prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0"), off
     # capture the user asked for is kept: the quick look checks it too
-    kept = render_message(slow_bench_warning(opened, config, "both", keep_capture=True) or "")
+    kept = render_message(str(slow_bench(opened, config, "both", keep_capture=True) or ""))
     assert kept.endswith(
         "(about 4 minutes): --prompt-len 16 --new-tokens 8 --repeats 1 --warmup 0"
     ), kept
-    studio = slow_bench_warning(
+    studio = slow_bench(
         opened, config, "both", ("prompt_len", "new_tokens", "repeats", "graph_capture")
     )
-    assert studio is not None and "{opt:warmup" not in studio
+    assert studio is not None and studio.quick and "{opt:warmup" not in studio.quick
     # Settings already about that quick: how long, and no advice to do what they do.
     quick = BenchConfig(prompt_length=20, new_tokens=8, repeats=1, warmup=0)
-    said = render_message(slow_bench_warning(opened, quick, "off") or "")
+    already = slow_bench(opened, quick, "off")
+    assert already is not None and already.quick is None  # nothing to suggest
+    said = render_message(str(already))
     assert said.endswith("this benchmark's 1 run of 20 + 8 tokens takes roughly 71 s"), said
     # The CLI says it on stderr before the first run (here the CPU runs it in seconds).
     monkeypatch.setattr(bench_module, "SOFTWARE_BYTES_PER_CORE_SECOND", 1e4)
