@@ -76,12 +76,29 @@ def check_fits(package: Package, config: BenchConfig) -> None:
     config.media.check(package)
 
 
-SOFTWARE_BYTES_PER_CORE_SECOND = 0.3e9
-"""About how many bytes of weights Mesa's software Vulkan (lavapipe) gets through per
-second and CPU core, one token at a time: E2B's INT4 WebGPU package (1.2 GiB read per
-token, its 1.5 GiB of gathered tables aside) prefilled 0.6 and decoded 0.4 tok/s on 2
-cores (``python -m engine bench PACKAGE --prompt-len 16 --new-tokens 8 --repeats 1
---warmup 0``, December 7)."""
+SOFTWARE_QUANTIZED_BYTES_PER_CORE_SECOND = 0.26e9
+"""Bytes of quantized weights (MatMulNBits) Mesa's software Vulkan (lavapipe) reads per
+second and CPU core in a decode step. These four constants are fit to two E2B INT4 WebGPU
+packages on a 2-core machine (December 7, ``python -m engine bench PACKAGE --prompt-len 16
+--new-tokens 8 --repeats 1 --warmup 0 --graph-capture off``, and the fp16-table one at 64 +
+4 with a warm-up): with INT4 tables (1.12 GB of INT4 weights and 0.20 GB of float ones read
+a token, 2.9 GB stored) it loaded in 9.2 s, gave its first token in 31.8 s and decoded
+0.31 tok/s, 66 s in all; with fp16 tables (1.09 GB INT4, its tied head's 0.81 GB fp16
+table, 6.8 GB stored) 17.3 s, 29.3 s and 0.10 tok/s, 117.5 s in all. The estimate is
+within 7% of each whole command (less ~5 s of start-up); the first one, a single rate for
+every byte of every prompt and new token, said 76 s and 7 minutes where lavapipe took
+112 s and 155 s."""
+SOFTWARE_FLOAT_BYTES_PER_CORE_SECOND = 0.052e9
+"""The same for float weights (float MatMul, a tied fp16 head: 262,144 x 1,536 for E2B),
+five times slower a byte on lavapipe."""
+SOFTWARE_PREFILL_STEPS = (7.0, 0.11)
+"""A prompt of P tokens costs ``a + b * P`` decode steps of the quantized weights (and one
+of the float ones): onnxruntime's M > 1 path of MatMulNBits is that much slower on
+lavapipe (the fp16-table package's first token: 29.3 s after 16 tokens, cold; 37.8 s after
+64, warm). Float weights' prompt path is not measured."""
+SOFTWARE_LOAD_BYTES_PER_SECOND = 0.37e9
+"""Bytes of a package's weights loaded per second (read and uploaded to lavapipe's
+buffers): 6.8 GB in 17.1-17.3 s, 2.9 GB in 9.2 s."""
 SLOW_BENCH_SECONDS = 60.0
 """A benchmark estimated longer than this on a software adapter is announced first."""
 QUICK_LOOK: dict[str, tuple[int | str, str]] = {
@@ -98,14 +115,14 @@ def software_adapter_seconds(
     package: Package, config: BenchConfig, capture: CaptureMode, capture_check: bool = True
 ) -> tuple[str, float] | None:
     """(the adapter in words, roughly how many seconds the benchmark takes) when the EP
-    runs on a software adapter here (lavapipe, no GPU), else None. Every prompt and new
-    token of every run reads the weights once (:func:`weights_per_token`): warm-ups, timed
-    runs, and with ``capture_check`` (the CLI's) the capture run's check against a run
-    without capture, each with logits."""
+    runs on a software adapter here (lavapipe, no GPU), else None. Each session loads the
+    package; each run (warm-ups, timed runs, and with ``capture_check``, the CLI's, the
+    capture run's check against a run without capture) reads the prompt in one pass and
+    then the weights once per new token (:func:`weight_reads`)."""
     adapter = _software_adapter(package, config)
     if adapter is None:
         return None
-    return adapter, _seconds(weights_per_token(package), config, capture, capture_check)
+    return adapter, _seconds(weight_reads(package), config, capture, capture_check)
 
 
 def _software_adapter(package: Package, config: BenchConfig) -> str | None:
@@ -113,9 +130,18 @@ def _software_adapter(package: Package, config: BenchConfig) -> str | None:
     return plugin.adapter if plugin is not None and plugin.software else None
 
 
-def _seconds(weights: int, config: BenchConfig, capture: CaptureMode, capture_check: bool) -> float:
-    tokens = _runs(config, capture, capture_check) * (config.prompt_length + config.new_tokens)
-    return tokens * weights / (SOFTWARE_BYTES_PER_CORE_SECOND * _cores())
+def _seconds(
+    reads: WeightReads, config: BenchConfig, capture: CaptureMode, capture_check: bool
+) -> float:
+    cores = _cores()
+    quantized = reads.quantized / (SOFTWARE_QUANTIZED_BYTES_PER_CORE_SECOND * cores)
+    step = quantized + reads.unquantized / (SOFTWARE_FLOAT_BYTES_PER_CORE_SECOND * cores)
+    a, b = SOFTWARE_PREFILL_STEPS
+    prompt = quantized * (a + b * config.prompt_length) + (step - quantized)
+    run = prompt + (config.new_tokens - 1) * step  # the prompt's pass gives the first token
+    sessions = 2 if capture == "both" or (capture == "on" and capture_check) else 1
+    load = sessions * reads.stored / SOFTWARE_LOAD_BYTES_PER_SECOND
+    return load + _runs(config, capture, capture_check) * run
 
 
 def _runs(config: BenchConfig, capture: CaptureMode, capture_check: bool) -> int:
@@ -125,10 +151,26 @@ def _runs(config: BenchConfig, capture: CaptureMode, capture_check: bool) -> int
     return {"off": per_setting, "on": per_setting + checked, "both": 2 * (per_setting + 1)}[capture]
 
 
-def weights_per_token(package: Package) -> int:
-    """Bytes of the decoder's weights a token reads: every initializer but the tables only
-    gathered from (embeddings, per-layer tables: a few rows a token). From the graph alone;
-    external data is not read."""
+@dataclass(frozen=True)
+class WeightReads:
+    """Bytes of a decoder's weights: what a token reads, by kind, and all it stores."""
+
+    quantized: int
+    """Read by MatMulNBits."""
+    unquantized: int
+    """Read by anything else but a Gather (float MatMul, a tied fp16 head)."""
+    stored: int
+    """Every initializer, the tables only gathered from included."""
+
+    @property
+    def per_token(self) -> int:
+        return self.quantized + self.unquantized
+
+
+def weight_reads(package: Package) -> WeightReads:
+    """The decoder's :class:`WeightReads`. A token reads every initializer but the tables
+    only gathered from (embeddings, per-layer tables: a few rows a token). From the graph
+    alone; external data is not read."""
     import onnx
 
     model = onnx.load(str(package.decoder_file), load_external_data=False)
@@ -136,14 +178,19 @@ def weights_per_token(package: Package) -> int:
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
-    total = 0
+    quantized = floats = stored = 0
     for tensor in model.graph.initializer:
+        lengths = [int(e.value) for e in tensor.external_data if e.key == "length"]
+        size = lengths[0] if lengths else len(tensor.raw_data)
+        stored += size
         ops = readers.get(tensor.name, set())
         if ops and all(op.startswith("Gather") for op in ops):
             continue
-        lengths = [int(e.value) for e in tensor.external_data if e.key == "length"]
-        total += lengths[0] if lengths else len(tensor.raw_data)
-    return total
+        if "MatMulNBits" in ops:
+            quantized += size
+        else:
+            floats += size
+    return WeightReads(quantized, floats, stored)
 
 
 def _cores() -> int:
@@ -184,8 +231,8 @@ def slow_bench(
     adapter = _software_adapter(package, config)
     if adapter is None:
         return None
-    weights = weights_per_token(package)  # the graph read once
-    seconds = _seconds(weights, config, capture, capture_check)
+    reads = weight_reads(package)  # the graph read once
+    seconds = _seconds(reads, config, capture, capture_check)
     if seconds <= SLOW_BENCH_SECONDS:
         return None
     if keep_capture:
@@ -206,12 +253,12 @@ def slow_bench(
         "warmup": config.warmup,
         "graph_capture": capture,
     }
-    quick_seconds = _seconds(weights, quick_config, quick_capture, capture_check)
+    quick_seconds = _seconds(reads, quick_config, quick_capture, capture_check)
     runs = _runs(config, capture, capture_check)
     said = (
         f"{package.path.name} runs through the {adapter} here, where each token reads its "
-        f"{format_bytes(weights)} of weights: this benchmark's {runs} run{'s' * (runs != 1)} "
-        f"of {config.prompt_length} + {config.new_tokens} tokens "
+        f"{format_bytes(reads.per_token)} of weights: this benchmark's {runs} "
+        f"run{'s' * (runs != 1)} of {config.prompt_length} + {config.new_tokens} tokens "
         f"{'takes' if runs == 1 else 'take'} roughly {_duration(seconds)}"
     )
     if quick_seconds > 0.5 * seconds:
