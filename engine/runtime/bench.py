@@ -87,7 +87,10 @@ a token, 2.9 GB stored) it loaded in 9.2 s, gave its first token in 31.8 s and d
 table, 6.8 GB stored) 17.3 s, 29.3 s and 0.10 tok/s, 117.5 s in all. The estimate is
 within 7% of each whole command (less ~5 s of start-up); the first one, a single rate for
 every byte of every prompt and new token, said 76 s and 7 minutes where lavapipe took
-112 s and 155 s."""
+112 s and 155 s. The split is rougher than the totals: the INT4-table package's step is
+estimated at 4.1 s (3.25 s measured) and its prompt at 21 s (~29 s), errors that cancel
+at 16 + 8; no choice of these constants fits both packages' prompts (the INT4-table one
+prefilled slower with fewer float bytes)."""
 SOFTWARE_FLOAT_BYTES_PER_CORE_SECOND = 0.052e9
 """The same for float weights (float MatMul, a tied fp16 head: 262,144 x 1,536 for E2B),
 five times slower a byte on lavapipe."""
@@ -95,7 +98,9 @@ SOFTWARE_PREFILL_STEPS = (7.0, 0.11)
 """A prompt of P tokens costs ``a + b * P`` decode steps of the quantized weights (and one
 of the float ones): onnxruntime's M > 1 path of MatMulNBits is that much slower on
 lavapipe (the fp16-table package's first token: 29.3 s after 16 tokens, cold; 37.8 s after
-64, warm). Float weights' prompt path is not measured."""
+64, warm). Float weights cost one step whatever the prompt's length, as the fp16 head did
+here; a package of float weights only (fp16, fp32) is not measured, so its prompt's cost
+is likely underestimated."""
 SOFTWARE_LOAD_BYTES_PER_SECOND = 0.37e9
 """Bytes of a package's weights loaded per second (read and uploaded to lavapipe's
 buffers): 6.8 GB in 17.1-17.3 s, 2.9 GB in 9.2 s."""
@@ -117,8 +122,9 @@ def software_adapter_seconds(
     """(the adapter in words, roughly how many seconds the benchmark takes) when the EP
     runs on a software adapter here (lavapipe, no GPU), else None. Each session loads the
     package; each run (warm-ups, timed runs, and with ``capture_check``, the CLI's, the
-    capture run's check against a run without capture) reads the prompt in one pass and
-    then the weights once per new token (:func:`weight_reads`)."""
+    capture run's check against a run without capture) reads the prompt in one pass, which
+    gives the first new token, then the weights once per further token
+    (:func:`weight_reads`)."""
     adapter = _software_adapter(package, config)
     if adapter is None:
         return None

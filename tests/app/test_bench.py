@@ -164,7 +164,7 @@ def test_eps_this_onnxruntime_lacks_are_disabled_and_the_advice_names_the_select
     assert not _enabled(panel.ep, "dml")
     reason = panel.ep.model().item(panel.ep.findData("dml")).toolTip()
     assert "DmlExecutionProvider" in reason and "onnxruntime-directml" in reason
-    assert not _enabled(panel.ep, None)  # "the package's EP" is DirectML here
+    assert not _enabled(panel.ep, None)  # "DirectML (as built)" here
     assert panel.ep.currentData() == "cpu"  # moved onto one that runs
     assert "DirectML" in panel.ep.itemText(0)
     request = BenchRequest(packages["dml"], prompt_len=8, new_tokens=4, repeats=1)
@@ -260,10 +260,13 @@ def test_a_webgpu_package_runs_capture_off_and_on_from_the_main_install(
     screens(window, "07c-benchmark-runs-over-time-1280x800")
 
 
+@pytest.mark.slow
 def test_a_genai_benchmark_leaves_the_window_free(qtbot, window: MainWindow, tmp_path: Path):
     """onnxruntime-genai computes holding Python's GIL (a whole token, 6 s through WebGPU on
     lavapipe, or a whole prompt): run on a thread, its benchmark froze the window and its
-    Cancel. The tab runs genai in a process of its own: the window's timer keeps firing."""
+    Cancel. The tab runs genai in a process of its own: the window's timer keeps firing
+    while the run goes on (from its first progress report to its last; the click before
+    and the charts after are the window's own work)."""
     import itertools
     import time
 
@@ -279,20 +282,25 @@ def test_a_genai_benchmark_leaves_the_window_free(qtbot, window: MainWindow, tmp
     panel.new_tokens.setValue(2)
     panel.repeats.setValue(1)
     panel.warmup.setValue(0)
+    ticks: list[float] = []
+    reports: list[float] = []
+    window.bencher.progress.connect(lambda fraction, message: reports.append(time.perf_counter()))
     timer = QTimer()
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     timer.start(10)
-    ticks = [time.perf_counter()]
     with qtbot.waitSignal(panel.finished, timeout=300_000) as done:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-    ticks.append(time.perf_counter())
     timer.stop()
     (result,) = done.args[0].results
     assert result.runtime == "genai"
-    # the prompt's one genai call takes longer than the window may stop, or this shows nothing
-    assert result.time_to_first_token_seconds > 1.5, result.time_to_first_token_seconds
-    longest = max(b - a for a, b in itertools.pairwise(ticks))
-    assert longest < 0.75, f"the window stopped for {longest:.2f} s ({len(ticks)} timer ticks)"
+    if result.time_to_first_token_seconds < 1.5:  # a machine this fast shows nothing here
+        pytest.skip(f"the prompt took {result.time_to_first_token_seconds:.2f} s, under 1.5 s")
+    first, last = reports[0], reports[-1]
+    seen = [first, *(t for t in ticks if first < t < last), last]
+    longest = max(b - a for a, b in itertools.pairwise(seen))
+    assert last - first > 1.5 and longest < 0.75, (
+        f"the window stopped for {longest:.2f} s in a run of {last - first:.1f} s"
+    )
 
 
 def test_the_bench_job_is_a_plain_function(packages):
