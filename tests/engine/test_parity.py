@@ -275,6 +275,17 @@ def test_cuda_full_layers_wider_than_gqa_serves_match_transformers(
     assert check_package_loads(out).logits_shape[-1] == model.config.vocab_size
 
 
+def _cast_caches(package: Path) -> list[str]:
+    """The KV buffers a package's owners read back through a Cast (after writing them)."""
+    import onnx
+
+    graph = onnx.load(package / "model.onnx", load_external_data=False).graph
+    scattered = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "ScatterElements"}
+    return [
+        scattered[n.input[0]] for n in graph.node if n.op_type == "Cast" and n.input[0] in scattered
+    ]
+
+
 def test_cuda_fp16_full_layers_track_the_all_gqa_package(
     cuda_heads, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -286,25 +297,22 @@ def test_cuda_fp16_full_layers_track_the_all_gqa_package(
     new one is no further from transformers."""
     import dataclasses
 
-    import onnx
-
     import engine.caps as caps
 
     model_dir, model = cuda_heads
     ref_tokens, ref_logits = hf_greedy(model, PROMPT, DECODE_STEPS)
     mixed, plain = tmp_path / "mixed", tmp_path / "gqa"
     export(mixed, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp16"))
+    bf16 = tmp_path / "bf16"
+    export(bf16, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="bf16"))
     cuda = dataclasses.replace(caps.get_caps("cuda"), gqa_max_head_dim=None)
     monkeypatch.setitem(caps._REGISTRY, "cuda", cuda)
     export(plain, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp16"))
     assert json.loads((plain / "export_studio.json").read_text())["static_kv_kinds"] == []
     # P @ V in fp16 over V as cached: the KV owners cast their K to fp32, never their V
-    graph = onnx.load(mixed / "model.onnx", load_external_data=False).graph
-    scattered = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "ScatterElements"}
-    cast = [
-        scattered[n.input[0]] for n in graph.node if n.op_type == "Cast" and n.input[0] in scattered
-    ]
+    cast = _cast_caches(mixed)
     assert cast and all(".key" in name for name in cast), cast
+    assert {".key" in name for name in _cast_caches(bf16)} == {True, False}  # bf16: fp32 P @ V
 
     _, mixed_logits = ort_greedy(mixed, PROMPT, DECODE_STEPS, forced=ref_tokens)
     _, plain_logits = ort_greedy(plain, PROMPT, DECODE_STEPS, forced=ref_tokens)
