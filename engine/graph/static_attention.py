@@ -462,10 +462,9 @@ def _weighted(
     probabilities are rounded to fp16 and V is read as stored, no fp32 copy of it.
     onnxruntime's half GEMM computes in fp32 (cuBLAS' default math may still reduce split-K
     partial sums in fp16); rounding P costs up to 2^-11 of each probability, so ~4.9e-4
-    max |V| in the sum, as fp16 activations cost elsewhere. In fp32 with TF32 off, this GEMM
-    read E4B's
-    4,096-slot V (two KV heads, M = 4 rows each) on 16 blocks: 104 us a full layer on an
-    H100, 11% of a decode step. Elsewhere: fp32."""
+    max |V| in the sum, as fp16 activations cost elsewhere. In fp32 with TF32 off, this
+    GEMM read E4B's 4,096-slot V (two KV heads, M = 4 rows each) on 16 blocks: 104 us a
+    full layer on an H100, 11% of a decode step. Elsewhere: fp32."""
     if not _half_weights(inputs):
         return ctx.op.MatMul(probs, values)
     return ctx.op.MatMul(ctx.op.Cast(probs, to=inputs.kv_dtype), values)

@@ -141,10 +141,10 @@ def _seconds(
 ) -> float:
     cores = _cores()
     quantized = reads.quantized / (SOFTWARE_QUANTIZED_BYTES_PER_CORE_SECOND * cores)
-    step = quantized + reads.unquantized / (SOFTWARE_FLOAT_BYTES_PER_CORE_SECOND * cores)
+    floats = reads.unquantized / (SOFTWARE_FLOAT_BYTES_PER_CORE_SECOND * cores)
     a, b = SOFTWARE_PREFILL_STEPS
-    prompt = quantized * (a + b * config.prompt_length) + (step - quantized)
-    run = prompt + (config.new_tokens - 1) * step  # the prompt's pass gives the first token
+    prompt = quantized * (a + b * config.prompt_length) + floats
+    run = prompt + (config.new_tokens - 1) * (quantized + floats)  # the prompt gives one
     sessions = 2 if capture == "both" or (capture == "on" and capture_check) else 1
     load = sessions * reads.stored / SOFTWARE_LOAD_BYTES_PER_SECOND
     return load + _runs(config, capture, capture_check) * run
