@@ -13,7 +13,6 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app.history import BenchHistory
-from app.jobs import run_in_process
 from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts, bench_job, package_facts_job
 from app.state import StudioState
 from app.wording import error_text
@@ -91,12 +90,10 @@ class BenchController(QObject):
         if self.worker is not None:
             return None
         self._state.clear_error("bench")
-        job = partial(bench_job, request)
-        if request.runtime == "genai" or request.images or request.audios:
-            # onnxruntime-genai computes holding Python's GIL: on a thread it froze the
-            # window for whole tokens (6 s each through WebGPU on lavapipe); its own process
-            job = partial(run_in_process, bench_job, request)
-        worker = Worker(job, "bench")
+        # Each run goes to a process of its own (``isolated``): onnxruntime-genai computes
+        # holding Python's GIL, which froze the window for whole tokens (6 s each through
+        # WebGPU on lavapipe) on a thread, and a Cancel is answered at once.
+        worker = Worker(partial(bench_job, request), "bench")
         worker.signals.progress.connect(self.progress)
         worker.signals.returned.connect(self._returned)
         worker.signals.errored.connect(self._errored)

@@ -24,11 +24,11 @@ from app.jobs import (
     constraints_job,
     preview_job,
     run_export,
-    run_in_process,
 )
 from app.state import ModelSource, StudioState, source_problem
 from app.wording import error_text
 from app.workers import Worker
+from engine.child import run_in_child
 from engine.errors import CancelledError
 from engine.package import occupied, resolve_output
 from engine.progress import CancelToken, Progress
@@ -288,7 +288,7 @@ class ExportController(QObject):
 
         def job(progress: Progress, cancel: CancelToken) -> Any:
             if in_process:
-                return run_in_process(run_export, request, progress, cancel)
+                return run_in_child(run_export, request, progress, cancel)
             return run_export(request, progress, cancel)
 
         worker = Worker(job, "export", self.progress_interval_s)

@@ -4,24 +4,17 @@ A job takes ``progress(fraction, message)`` and a :class:`CancelToken` and retur
 result (Orange3-style): tests call it directly, a :class:`app.workers.Worker` runs it on a
 pool thread. Threads share the GIL, and numpy holds it for whole-tensor operations: at
 full size (E2B, E4B) generating or copying one table takes 100-200 ms, long enough to
-freeze the UI. :func:`run_in_process` therefore runs a job in a spawned interpreter and
-relays its progress, result, errors and cancel through a queue and an event.
+freeze the UI. Exports and trade-offs therefore run in a spawned interpreter
+(:func:`engine.child.run_in_child`), which relays their progress, result, errors and cancel.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import pickle
-import queue as queue_module
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.choices import Constraints
-from engine.errors import EngineError
 from engine.options import ExportOptions
 from engine.progress import CancelToken, Progress
 
@@ -167,81 +160,3 @@ def run_export(request: ExportRequest, progress: Progress, cancel: CancelToken) 
         progress=progress,
         cancel=cancel,
     )
-
-
-Job = Callable[[Any, Progress, CancelToken], Any]
-
-
-def run_in_process(
-    job: Job, request: Any, progress: Progress, cancel: CancelToken, poll_s: float = 0.05
-) -> Any:
-    """Run ``job(request, progress, cancel)`` in a spawned process and wait for it.
-
-    ``job`` must be a module-level function and ``request`` picklable. Cancelling ``cancel``
-    cancels the child's token; a child that dies without an answer is an error.
-    """
-    context = multiprocessing.get_context("spawn")
-    messages = context.Queue()
-    # A shared flag, polled by the child. (An Event would be simpler, but setting one
-    # blocks forever if the child exited while a thread of it was waiting on it.)
-    stop = context.RawValue("b", 0)
-    child = context.Process(
-        target=_child, args=(job, request, messages, stop), name="export-studio-job", daemon=True
-    )
-    child.start()
-    try:
-        while True:
-            if cancel.cancelled:
-                stop.value = 1
-            try:
-                kind, payload = messages.get(timeout=poll_s)
-            except queue_module.Empty:
-                if not child.is_alive() and messages.empty():
-                    raise EngineError(
-                        f"the job's process ended without an answer (exit code {child.exitcode})"
-                    ) from None
-                continue
-            if kind == "progress":
-                progress(*payload)
-            elif kind == "errored":
-                raise payload
-            else:
-                return payload
-    finally:
-        stop.value = 1
-        child.join(timeout=60)
-        if child.is_alive():
-            child.terminate()
-
-
-def _child(job: Job, request: Any, messages: Any, stop: Any) -> None:
-    token = CancelToken()
-
-    def relay_cancel() -> None:
-        while not stop.value:
-            time.sleep(0.02)
-        token.cancel()
-
-    threading.Thread(target=relay_cancel, daemon=True).start()
-    last = [0.0]
-
-    def progress(fraction: float, message: str) -> None:
-        now = time.monotonic()
-        if fraction >= 1.0 or now - last[0] >= 0.02:
-            last[0] = now
-            messages.put(("progress", (fraction, message)))
-
-    try:
-        result = job(request, progress, token)
-    except BaseException as exc:  # every failure goes back to the app
-        messages.put(("errored", _picklable(exc)))
-    else:
-        messages.put(("returned", result))
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return EngineError(f"{type(exc).__name__}: {exc}")
-    return exc

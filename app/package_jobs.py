@@ -194,6 +194,7 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
                 keep_logits=request.capture == "both",
                 progress=part,
                 cancel=cancel,
+                isolated=True,  # Cancel answered at once; genai holds the GIL as it computes
             )
         except CancelledError:
             if not results:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs import TradeoffRequest, run_in_process, tradeoff_job
+from app.jobs import TradeoffRequest, tradeoff_job
 from app.theme import FITS, OVER
 from app.widgets.charts import ChartBox, unit_for
 from app.widgets.legend import LegendItem
@@ -33,6 +33,7 @@ from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.wording import error_text
 from app.workers import Worker, start_worker
+from engine.child import run_in_child
 from engine.options import ExportOptions
 from engine.sensitivity import TRADEOFF_EXTRA, Tradeoff, TradeoffPoint, pick
 from engine.units import exact_size, format_bytes, parse_bytes, rounded_up_size
@@ -330,7 +331,7 @@ class QualityDialog(QDialog):
             return
         request = TradeoffRequest(model_dir, options)
         self.worker = start_worker(
-            partial(run_in_process, tradeoff_job, request),
+            partial(run_in_child, tradeoff_job, request),
             owner=self,
             name="tradeoff",
             on_returned=self._show,

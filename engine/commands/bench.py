@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar(args.quiet or args.json) as progress:
         try:
             if mode == "both":
-                comparison = compare_capture(package, config, progress=progress, cancel=cancel)
+                comparison = compare_capture(
+                    package, config, progress=progress, cancel=cancel, isolated=True
+                )
                 data = comparison.to_json()
                 results = [comparison.off] + ([comparison.on] if comparison.on else [])
                 check = comparison.agreement
@@ -139,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
                     keep_logits=mode == "on",
                     progress=progress,
                     cancel=cancel,
+                    isolated=True,
                 )
                 check = (
-                    validate_capture(package, config, first, cancel=cancel)
+                    validate_capture(package, config, first, cancel=cancel, isolated=True)
                     if mode == "on"
                     else None
                 )

@@ -4,6 +4,11 @@ A benchmark loads the package once, runs ``warmup`` untimed generations (graph c
 records during these), then ``repeats`` timed greedy generations of ``new_tokens`` tokens
 after a seeded random prompt of ``prompt_length`` tokens. Decode tok/s is reported as
 the median over repeats with its min and max; the tokens of the timed runs must agree.
+
+``isolated=True`` runs each setting in a child process (:mod:`engine.child`), as the CLI
+and the studio do: Ctrl-C and Cancel are answered at once however long a prompt pass or a
+load is (genai computes holding the GIL), the peak RSS is the run's own, and the device
+memory goes back when the run ends.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import statistics
 import sys
 import traceback
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +45,7 @@ from engine.runtime.limits import (
     sequence_limit,
 )
 from engine.runtime.package import Package, open_package
-from engine.runtime.plugins import ort_plugin
+from engine.runtime.plugins import drop_adapter_notices, dropping_adapter_notices, ort_plugin
 from engine.runtime.session import fallback_note
 from engine.units import format_bytes
 
@@ -418,14 +423,19 @@ def run_bench(
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
     keep_logits: bool = False,
+    isolated: bool = False,
 ) -> tuple[BenchResult, Generation]:
     """Benchmark one setting; returns the record and a generation of the same prompt
     (the first timed one, or with ``keep_logits`` an extra untimed one with logits).
+    ``isolated``: in a child process (see the module's docstring).
 
     Raises:
         EngineError: A package, EP or option problem, with what to do about it.
     """
     config = config or BenchConfig()
+    if isolated:
+        request = _ChildRun(_path(package), config, graph_capture, keep_logits)
+        return _in_child(_bench_child, request, progress, cancel)
     cancel = cancel or CancelToken()
     pkg = package if isinstance(package, Package) else open_package(package)
     scope: Literal["benchmark", "process"] = "benchmark" if _reset_peak_rss() else "process"
@@ -530,11 +540,13 @@ def compare_capture(
     *,
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
+    isolated: bool = False,
 ) -> CaptureComparison:
     """Capture off, then on, on the same prompt; the capture run validated against off.
 
     A capture run that fails (the EP refuses capture for this graph) is reported in
     ``error`` rather than raised, so the capture-off numbers are still returned.
+    ``isolated``: each run in a child process (see the module's docstring).
     """
     from engine.errors import CancelledError, EngineError
 
@@ -546,6 +558,7 @@ def compare_capture(
         keep_logits=True,
         progress=sub_progress(progress, 0.0, 0.5),
         cancel=cancel,
+        isolated=isolated,
     )
     try:
         on, on_run = run_bench(
@@ -555,6 +568,7 @@ def compare_capture(
             keep_logits=True,
             progress=sub_progress(progress, 0.5, 1.0),
             cancel=cancel,
+            isolated=isolated,
         )
     except CancelledError:
         raise
@@ -568,15 +582,77 @@ def validate_capture(
     config: BenchConfig,
     capture_run: Generation,
     cancel: CancelToken | None = None,
+    isolated: bool = False,
 ) -> Agreement:
-    """Rerun the capture run's prompt without capture and compare tokens and logits."""
+    """Rerun the capture run's prompt without capture and compare tokens and logits
+    (``isolated``: that run in a child process, see the module's docstring)."""
+    if isolated:
+        request = _ChildRun(_path(package), config, False, True)
+        plain = _in_child(_plain_child, request, no_progress, cancel)
+    else:
+        plain = _plain_run(package, config, cancel)
+    return compare(plain, capture_run)
+
+
+def _plain_run(
+    package: Package | str | os.PathLike[str], config: BenchConfig, cancel: CancelToken | None
+) -> Generation:
+    """One untimed generation without capture, with logits."""
     pkg = package if isinstance(package, Package) else open_package(package)
     generate, runner = _open(pkg, config, graph_capture=False)
     prompt = bench_prompt(pkg.vocab_size, config.prompt_length, config.seed)
     plain = generate(prompt, config.new_tokens, keep_logits=True, cancel=cancel)
     del generate, runner
     gc.collect()
-    return compare(plain, capture_run)
+    return plain
+
+
+@dataclass(frozen=True)
+class _ChildRun:
+    """One run for a child process: the package by path (the child opens it)."""
+
+    package: Path
+    config: BenchConfig
+    graph_capture: bool
+    keep_logits: bool
+    drop_notices: bool = field(default_factory=dropping_adapter_notices)
+
+
+def _path(package: Package | str | os.PathLike[str]) -> Path:
+    return package.path if isinstance(package, Package) else Path(package)
+
+
+def _in_child(
+    job: Callable[[_ChildRun, Progress, CancelToken], Any],
+    request: _ChildRun,
+    progress: Progress,
+    cancel: CancelToken | None,
+) -> Any:
+    from engine.child import run_in_child
+
+    # A benchmark writes nothing the user keeps: a cancel ends the child at once.
+    return run_in_child(
+        job, request, progress, cancel, on_cancel="kill", name="export-studio-bench"
+    )
+
+
+def _bench_child(
+    request: _ChildRun, progress: Progress, cancel: CancelToken
+) -> tuple[BenchResult, Generation]:
+    drop_adapter_notices(request.drop_notices)
+    return run_bench(
+        request.package,
+        request.config,
+        graph_capture=request.graph_capture,
+        keep_logits=request.keep_logits,
+        progress=progress,
+        cancel=cancel,
+    )
+
+
+def _plain_child(request: _ChildRun, progress: Progress, cancel: CancelToken) -> Generation:
+    drop_adapter_notices(request.drop_notices)
+    return _plain_run(request.package, request.config, cancel)
 
 
 def _open(

@@ -168,6 +168,12 @@ def drop_adapter_notices(enabled: bool = True) -> None:
     _filter["enabled"] = enabled
 
 
+def dropping_adapter_notices() -> bool:
+    """Whether :func:`drop_adapter_notices` turned the filter on (a child process that
+    runs this process's work is told to do the same)."""
+    return bool(_filter["enabled"])
+
+
 @contextlib.contextmanager
 def adapter_notices_dropped() -> Iterator[None]:
     """Inside (when :func:`drop_adapter_notices` enabled it): fd 2 goes through a filter

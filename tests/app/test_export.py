@@ -15,9 +15,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from app.jobs import ExportRequest, run_export, run_in_process
+from app.jobs import ExportRequest, run_export
 from app.state import ModelSource
 from app.windows.main_window import MainWindow
+from engine.child import run_in_child
 from engine.errors import CancelledError, EngineError
 from engine.options import ExportOptions
 from engine.progress import CancelToken
@@ -449,7 +450,7 @@ def test_cancel_mid_export_in_a_separate_process_leaves_nothing(
 
 def test_a_job_process_that_dies_is_an_error():
     try:
-        run_in_process(_die, None, lambda f, m: None, CancelToken())
+        run_in_child(_die, None, lambda f, m: None, CancelToken())
     except EngineError as exc:
         assert "ended without an answer (exit code 3)" in str(exc)
     else:

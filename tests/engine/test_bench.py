@@ -403,8 +403,6 @@ def test_a_long_software_adapter_benchmark_is_announced_with_a_quick_look(
     out = capsys.readouterr()
     assert code == 0
     assert out.err.startswith(f"note: {package.name} runs through the ")
-    record = json.loads(out.out)  # stdout stays JSON, the adapter a field of it
-    assert (
-        record["adapter"]
-        == "WebGpuExecutionProvider plugin 0.4.0, software adapter (lavapipe, no GPU)"
-    )
+    record = json.loads(out.out)  # stdout stays JSON (the adapter a field of it, from the
+    # run's own process: tests/engine/test_webgpu_plugin.py checks it on the real plugin)
+    assert record["runtime"] == "ort" and record["repeats"] == 1
