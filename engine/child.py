@@ -18,8 +18,9 @@ request and answer (Orange3-style, as everywhere in the engine). Two ways to can
   user keeps (a benchmark run). Whatever it wrote to its temporary folder, which is its
   own and removed after it, goes with it.
 
-An exception in the caller while it waits (Ctrl-C as :class:`KeyboardInterrupt`) always
-terminates the child at once.
+An exception in the caller while it waits (Ctrl-C as :class:`KeyboardInterrupt`) ends the
+child as a cancel does: at once with ``"kill"``; with ``"ask"``, its token is cancelled and it
+has a minute to clean up and exit before it is terminated.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import queue as queue_module
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from engine.errors import CancelledError, EngineError
@@ -43,8 +45,10 @@ from engine.progress import CancelToken, Progress
 Job = Callable[[Any, Progress, CancelToken], Any]
 OnCancel = Literal["ask", "kill"]
 
-_ANSWER_WAIT_S = 60.0
-"""How long a child that answered may take to exit before it is terminated."""
+_ASKED_WAIT_S = 60.0
+"""How long a child that was asked to stop, or answered, may take to exit (``"ask"``)."""
+_KILLABLE_WAIT_S = 2.0
+"""The same for a ``"kill"`` child that answered: it has nothing left to do."""
 
 
 def run_in_child(
@@ -60,8 +64,10 @@ def run_in_child(
     """Run ``job(request, progress, cancel)`` in a spawned process and return its answer.
 
     ``job`` must be a module-level function and ``request`` picklable. What the job raises
-    is raised here (an exception that does not pickle as an :class:`EngineError` naming
-    it); a child that dies without an answer is an :class:`EngineError`.
+    is raised here, with the child's traceback as its cause (an exception that does not
+    pickle comes as an :class:`EngineError` naming it); a child that dies without an answer
+    is an :class:`EngineError`. A script that calls this needs the usual
+    ``if __name__ == "__main__":`` guard of spawned processes.
 
     Raises:
         CancelledError: ``on_cancel="kill"`` and ``cancel`` was cancelled (or the job
@@ -69,45 +75,89 @@ def run_in_child(
     """
     cancel = cancel or CancelToken()
     context = multiprocessing.get_context("spawn")
-    messages = context.Queue()
+    # One way, child to caller. The caller closes its copy of the sending end once the
+    # child has one: a child that dies, even part way through a message, is then an end
+    # of file here rather than a read that waits for ever.
+    receiver, sender = context.Pipe(duplex=False)
     # A shared flag polled by the child. (An Event would be simpler, but setting one
     # blocks forever if the child exited while a thread of it was waiting on it.)
     stop = context.RawValue("b", 0)
     scratch = tempfile.mkdtemp(prefix="es-child-")
     child = context.Process(
-        target=_child, args=(job, request, messages, stop, scratch), name=name, daemon=True
+        target=_child,
+        args=(job, request, sender, stop, scratch, os.getpid()),
+        name=name,
+        daemon=True,
     )
     answered = False
     try:
-        child.start()
+        with _sigint_blocked():  # the child ignores it from its first instruction
+            child.start()
+        sender.close()
         while True:
             if cancel.cancelled:
                 if on_cancel == "kill":
                     raise CancelledError()
                 stop.value = 1
-            try:
-                kind, payload = messages.get(timeout=poll_s)
-            except queue_module.Empty:
-                if not child.is_alive() and messages.empty():
-                    raise EngineError(
-                        f"the job's process ended without an answer (exit code {child.exitcode})"
-                    ) from None
+            if not receiver.poll(poll_s):
                 continue
+            try:
+                kind, payload = receiver.recv()
+            except (EOFError, OSError):
+                child.join(timeout=5)
+                raise EngineError(
+                    f"the job's process ended without an answer (exit code {child.exitcode})"
+                ) from None
             if kind == "progress":
                 progress(*payload)
                 continue
             answered = True
             if kind == "errored":
-                raise payload
+                exc, text = payload
+                if text and not isinstance(exc, EngineError):
+                    exc.__cause__ = ChildTraceback(text)
+                raise exc
             return payload
     finally:
         stop.value = 1
-        if answered:
-            child.join(timeout=_ANSWER_WAIT_S)
-        _end(child)
-        messages.close()
-        messages.cancel_join_thread()  # a killed child's unread messages must not hang us
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            if on_cancel == "ask":  # asked to stop (above), it cleans up first
+                child.join(timeout=_ASKED_WAIT_S)
+            elif answered:
+                child.join(timeout=_KILLABLE_WAIT_S)
+        finally:
+            try:
+                _end(child)
+            finally:
+                receiver.close()
+                shutil.rmtree(scratch, ignore_errors=True)
+
+
+class ChildTraceback(Exception):
+    """Where in the child an exception was raised (set as its ``__cause__``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back from this thread, and so from a child started in it until the
+    child ignores it (a spawned interpreter inherits the mask): a Ctrl-C that reaches the
+    whole process group while the child starts would print its start-up's traceback."""
+    block = getattr(signal, "pthread_sigmask", None)
+    if block is None:
+        yield
+        return
+    previous = block(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        block(signal.SIG_SETMASK, previous)
 
 
 def _end(child: Any) -> None:
@@ -122,37 +172,64 @@ def _end(child: Any) -> None:
         child.join(timeout=5)
 
 
-def _child(job: Job, request: Any, messages: Any, stop: Any, scratch: str) -> None:
+def _child(job: Job, request: Any, sender: Any, stop: Any, scratch: str, caller: int) -> None:
     # Ctrl-C reaches the whole foreground process group: the caller answers it (and ends
     # this process), so here it would only print a traceback.
     with contextlib.suppress(ValueError, AttributeError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["TMPDIR"] = tempfile.tempdir = scratch  # removed by the caller, whatever happens
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with(caller)
+    for variable in ("TMPDIR", "TEMP", "TMP"):  # removed by the caller, whatever happens
+        os.environ[variable] = scratch
+    tempfile.tempdir = scratch
     token = CancelToken()
-    parent = multiprocessing.parent_process()
+    lock = threading.Lock()  # progress may come from a job's threads
+
+    def send(message: tuple[str, Any]) -> None:
+        with lock:
+            sender.send(message)
 
     def watch() -> None:
         while not stop.value:
-            if parent is not None and not parent.is_alive():
+            if os.getppid() != caller:
                 os._exit(1)  # the caller was killed: nobody will read an answer
             time.sleep(0.02)
         token.cancel()
 
     threading.Thread(target=watch, daemon=True).start()
-    last = [0.0]
+    last_at, last_message = [0.0], [""]
 
     def progress(fraction: float, message: str) -> None:
+        # Repeats of one step are thinned out; a new step always goes (a long C call may
+        # follow it, and the caller would show the step before for all of it).
         now = time.monotonic()
-        if fraction >= 1.0 or now - last[0] >= 0.02:
-            last[0] = now
-            messages.put(("progress", (fraction, message)))
+        if fraction >= 1.0 or message != last_message[0] or now - last_at[0] >= 0.02:
+            last_at[0], last_message[0] = now, message
+            send(("progress", (fraction, message)))
 
     try:
         answer = job(request, progress, token)
     except BaseException as exc:  # every failure goes back to the caller
-        messages.put(("errored", _picklable(exc)))
+        send(("errored", (_picklable(exc), traceback.format_exc())))
     else:
-        messages.put(("returned", answer))
+        send(("returned", answer))
+    finally:
+        sender.close()
+
+
+def _die_with(caller: int) -> None:
+    """On Linux, have the kernel end this process when its caller dies: the watch thread
+    cannot run while the job is inside a C call that holds the GIL."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    if os.getppid() != caller:
+        os._exit(1)  # it died before the request above
 
 
 def _picklable(exc: BaseException) -> BaseException:

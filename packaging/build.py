@@ -151,6 +151,25 @@ def smoke(bundle: Path) -> dict:
         if missing:
             raise RuntimeError(f"frozen engine build wrote no {sorted(missing)}")
         report["engine_build_files"] = sorted(files)
+        began = time.perf_counter()  # bench runs in spawned children: the frozen program again
+        bench = subprocess.run(
+            [
+                str(bundle / "export-studio-engine"),
+                "bench",
+                str(out),
+                *("--prompt-len", "4", "--new-tokens", "2", "--repeats", "1", "--warmup", "0"),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        report["engine_bench_seconds"] = round(time.perf_counter() - began, 2)
+        if bench.returncode != 0:
+            raise RuntimeError(f"frozen engine bench failed: {bench.stderr}")
+        report["engine_bench_decode_tokens_per_second"] = json.loads(bench.stdout)[
+            "decode_tokens_per_second"
+        ]
     return report
 
 

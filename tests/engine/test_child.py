@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from engine.child import run_in_child
+from engine.child import ChildTraceback, run_in_child
 from engine.errors import CancelledError, EngineError, OptionsError
 from engine.progress import CancelToken
 
@@ -74,6 +74,48 @@ def test_what_the_job_raises_is_raised_here():
         run_in_child(_refuse, None, lambda f, m: None)
 
 
+def _fail(request: Any, progress: Any, cancel: Any) -> None:
+    {}["missing"]  # a bug, not an EngineError
+
+
+def test_a_bug_in_the_job_comes_back_with_the_childs_traceback():
+    with pytest.raises(KeyError) as caught:
+        run_in_child(_fail, None, lambda f, m: None)
+    cause = caught.value.__cause__
+    assert isinstance(cause, ChildTraceback)
+    assert "in _fail" in cause.text and '{}["missing"]' in cause.text
+
+
+def _two_steps(request: Any, progress: Any, cancel: Any) -> None:
+    progress(0.1, "loading")
+    progress(0.2, "warm-up 1/1")  # at once: a long C call would follow it
+
+
+def test_a_new_step_is_never_thinned_out():
+    seen: list[str] = []
+    run_in_child(_two_steps, None, lambda f, m: seen.append(m))
+    assert seen == ["loading", "warm-up 1/1"]
+
+
+def _big_message(request: Any, progress: Any, cancel: Any) -> None:
+    progress(0.1, str(os.getpid()))
+    progress(0.2, "x" * 10_000_000)  # far more than a pipe holds: the write blocks
+
+
+def test_a_child_killed_part_way_through_a_message_is_an_error_not_a_hang():
+    """The OOM killer's way: the caller must not wait for the rest of a message."""
+
+    def progress(fraction: float, message: str) -> None:
+        if fraction == 0.1:
+            time.sleep(1)  # the child is now part way through its big write
+            os.kill(int(message), signal.SIGKILL)
+
+    outcome = _run_beside(lambda: run_in_child(_big_message, None, progress))
+    assert "hung" not in outcome
+    assert isinstance(outcome.get("raised"), EngineError)
+    assert "ended without an answer" in str(outcome["raised"])
+
+
 def _run_beside(target: Any) -> dict[str, Any]:
     """Run ``target()`` on a thread; what it raised or returned, or "hung" after 120 s
     (the job never ends by itself, so an unanswered cancel would hang the test)."""
@@ -119,13 +161,31 @@ def test_ask_lets_the_job_stop_at_its_own_check_and_answer():
     assert outcome.get("returned") == "stopped at a check"
 
 
-def test_an_interrupt_while_waiting_ends_the_child_at_once():
+def test_an_interrupt_while_waiting_ends_a_killable_child_at_once():
     def progress(fraction: float, message: str) -> None:
         _read(message)
         raise KeyboardInterrupt  # Ctrl-C, as the CLI's handler raises it in the caller
 
-    outcome = _run_beside(lambda: run_in_child(_spin_in_c, None, progress))
+    outcome = _run_beside(lambda: run_in_child(_spin_in_c, None, progress, on_cancel="kill"))
     assert isinstance(outcome.get("raised"), KeyboardInterrupt)
+    assert not multiprocessing.active_children()
+
+
+def _clean_up_when_cancelled(marker: Path, progress: Any, cancel: Any) -> None:
+    progress(0.1, "started")
+    while not cancel.cancelled:
+        time.sleep(0.01)
+    marker.write_text("cleaned up")  # what an export does with its staging folder
+
+
+def test_an_interrupt_while_waiting_lets_an_asked_child_clean_up(tmp_path: Path):
+    def progress(fraction: float, message: str) -> None:
+        raise KeyboardInterrupt
+
+    marker = tmp_path / "marker"
+    outcome = _run_beside(lambda: run_in_child(_clean_up_when_cancelled, marker, progress))
+    assert isinstance(outcome.get("raised"), KeyboardInterrupt)
+    assert marker.read_text() == "cleaned up"
     assert not multiprocessing.active_children()
 
 
@@ -191,15 +251,17 @@ def test_ctrl_c_during_a_long_prompt_is_answered_at_once(
         text=True,
         env={**os.environ, "TMPDIR": str(scratch)},
         preexec_fn=_as_a_foreground_job,
+        start_new_session=True,  # a process group of its own, as a terminal's job has
     )
     time.sleep(8)
     assert bench.poll() is None, bench.communicate()
     sent = time.monotonic()
-    bench.send_signal(signal.SIGINT)
+    os.killpg(bench.pid, signal.SIGINT)  # Ctrl-C: to the group, the run's process too
     _, stderr = bench.communicate(timeout=300)
     answered = time.monotonic() - sent
     assert bench.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == "cancelled: interrupted"
+    assert "Traceback" not in stderr
     assert answered < 5.0, f"Ctrl-C answered after {answered:.1f} s"
     assert list(scratch.iterdir()) == []  # the run's temporary folder went with it
 
