@@ -96,6 +96,16 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def _timed_json(report: dict, name: str, command: list[str]) -> dict:
+    """Run a frozen engine command that prints JSON; its seconds go in the report."""
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    report[f"{name}_seconds"] = round(time.perf_counter() - began, 2)
+    if done.returncode != 0:
+        raise RuntimeError(f"frozen {name.replace('_', ' ')} failed: {done.stderr}")
+    return json.loads(done.stdout)
+
+
 def smoke(bundle: Path) -> dict:
     """Run the frozen executables; returns their results (raises on failure)."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
@@ -127,49 +137,20 @@ def smoke(bundle: Path) -> dict:
             raise RuntimeError(f"start failed: {shown.stderr}")
         report["start"] = json.loads(shown.stdout.strip().splitlines()[-1])
         out = Path(tmp) / "pkg"
-        began = time.perf_counter()
-        cli = subprocess.run(
-            [
-                str(bundle / "export-studio-engine"),
-                "build",
-                "--preset",
-                "gemma4-tiny",
-                "--random-weights",
-                "--quiet",
-                "--json",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        report["engine_build_seconds"] = round(time.perf_counter() - began, 2)
-        if cli.returncode != 0:
-            raise RuntimeError(f"frozen engine build failed: {cli.stderr}")
-        files = json.loads(cli.stdout)["files"]
+        engine = bundle / "export-studio-engine"
+        command = ["build", "--preset", "gemma4-tiny", "--random-weights", "--quiet", "--json"]
+        built = _timed_json(report, "engine_build", [str(engine), *command, str(out)])
+        files = built["files"]
         missing = {"model.onnx", "model.onnx.data", "genai_config.json"} - set(files)
         if missing:
             raise RuntimeError(f"frozen engine build wrote no {sorted(missing)}")
         report["engine_build_files"] = sorted(files)
-        began = time.perf_counter()  # bench runs in spawned children: the frozen program again
-        bench = subprocess.run(
-            [
-                str(bundle / "export-studio-engine"),
-                "bench",
-                str(out),
-                *("--prompt-len", "4", "--new-tokens", "2", "--repeats", "1", "--warmup", "0"),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        # bench runs each setting in a spawned child: the frozen program again
+        quick = ["--prompt-len", "4", "--new-tokens", "2", "--repeats", "1", "--warmup", "0"]
+        bench = _timed_json(
+            report, "engine_bench", [str(engine), "bench", str(out), *quick, "--json"]
         )
-        report["engine_bench_seconds"] = round(time.perf_counter() - began, 2)
-        if bench.returncode != 0:
-            raise RuntimeError(f"frozen engine bench failed: {bench.stderr}")
-        report["engine_bench_decode_tokens_per_second"] = json.loads(bench.stdout)[
-            "decode_tokens_per_second"
-        ]
+        report["engine_bench_decode_tokens_per_second"] = bench["decode_tokens_per_second"]
     return report
 
 
