@@ -433,13 +433,15 @@ def run_bench(
         EngineError: A package, EP or option problem, with what to do about it.
     """
     config = config or BenchConfig()
+    loading = f"loading ({config.runtime}{' + capture' if graph_capture else ''})"
     if isolated:
+        progress(0.0, loading)  # while the process starts, too (a second or so)
         request = _ChildRun(_path(package), config, graph_capture, keep_logits)
         return _in_child(_bench_child, request, progress, cancel)
     cancel = cancel or CancelToken()
     pkg = package if isinstance(package, Package) else open_package(package)
     scope: Literal["benchmark", "process"] = "benchmark" if _reset_peak_rss() else "process"
-    progress(0.0, f"loading ({config.runtime}{' + capture' if graph_capture else ''})")
+    progress(0.0, loading)
     session = BenchSession(pkg, config, graph_capture)
     try:  # a cancel or an error must not keep the session (and its device buffers) alive
         cancel.raise_if_cancelled()

@@ -143,6 +143,22 @@ def test_cancel_stops_a_benchmark(package: Path):
         run_bench(package, SMALL, progress=cancel_after_loading, cancel=token)
 
 
+def test_an_isolated_benchmark_runs_in_a_process_of_its_own_and_says_each_step(package: Path):
+    """What the CLI and the studio run: the same tokens as in this process, the peak RSS
+    the run's own, every step reported, "loading" first while the process starts."""
+    steps: list[str] = []
+    here, _ = run_bench(package, SMALL)
+    there, generation = run_bench(
+        package, SMALL, isolated=True, progress=lambda f, m: steps.append(m)
+    )
+    assert there.tokens == here.tokens == generation.tokens
+    assert there.peak_rss_scope == "benchmark"
+    assert steps[0] == "loading (ort)" and steps[-1] == "done"
+    assert [s for s in steps if s.startswith(("warm-up", "run"))] == [
+        "warm-up 1/1", "run 1/3", "run 2/3", "run 3/3"
+    ]  # fmt: skip
+
+
 def test_cancelled_benchmark_releases_its_session(package: Path, monkeypatch):
     """A cancel must not keep the runner (and its device buffers) alive through the
     exception's traceback."""
