@@ -37,6 +37,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import wait
 from typing import Any, Literal
 
 from engine.errors import CancelledError, EngineError
@@ -46,9 +47,9 @@ Job = Callable[[Any, Progress, CancelToken], Any]
 OnCancel = Literal["ask", "kill"]
 
 _ASKED_WAIT_S = 60.0
-"""How long a child that was asked to stop, or answered, may take to exit (``"ask"``)."""
-_KILLABLE_WAIT_S = 2.0
-"""The same for a ``"kill"`` child that answered: it has nothing left to do."""
+"""How long an ``"ask"`` child that was asked to stop may take to clean up and exit."""
+_ANSWERED_WAIT_S = 5.0
+"""How long a child that answered may take to exit: its job is done."""
 
 
 def run_in_child(
@@ -99,38 +100,76 @@ def run_in_child(
                 if on_cancel == "kill":
                     raise CancelledError()
                 stop.value = 1
-            if not receiver.poll(poll_s):
-                continue
-            try:
-                kind, payload = receiver.recv()
-            except (EOFError, OSError):
-                child.join(timeout=5)
-                raise EngineError(
-                    f"the job's process ended without an answer (exit code {child.exitcode})"
-                ) from None
-            if kind == "progress":
-                progress(*payload)
-                continue
-            answered = True
-            if kind == "errored":
-                exc, text = payload
-                if text and not isinstance(exc, EngineError):
-                    exc.__cause__ = ChildTraceback(text)
-                raise exc
-            return payload
+            # The child's exit too: a process it started may hold the pipe open after it.
+            ready = wait([receiver, child.sentinel], timeout=poll_s)
+            if receiver in ready:  # read what it sent before it exited, first
+                try:
+                    kind, payload = receiver.recv()
+                except (EOFError, OSError):
+                    raise _ended(child) from None
+                if kind == "progress":
+                    progress(*payload)
+                    continue
+                answered = True
+                if kind == "errored":
+                    exc, text = payload
+                    if text and not isinstance(exc, EngineError):
+                        exc.__cause__ = ChildTraceback(text)
+                    raise exc
+                return payload
+            if ready:
+                raise _ended(child)
     finally:
         stop.value = 1
         try:
-            if on_cancel == "ask":  # asked to stop (above), it cleans up first
-                child.join(timeout=_ASKED_WAIT_S)
-            elif answered:
-                child.join(timeout=_KILLABLE_WAIT_S)
+            if child.pid is not None:
+                if answered:  # its job is done: it only has to exit
+                    _wait_for_exit(child, receiver, _ANSWERED_WAIT_S)
+                elif on_cancel == "ask":  # asked to stop (above), it cleans up first
+                    _wait_for_exit(child, receiver, _ASKED_WAIT_S)
         finally:
             try:
                 _end(child)
             finally:
+                sender.close()  # already closed unless the start failed
                 receiver.close()
                 shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _ended(child: Any) -> EngineError:
+    """The error for a child that exited (or closed its end) without an answer."""
+    child.join(timeout=5)
+    code = child.exitcode
+    if code is None:
+        return EngineError("the job's process stopped answering")
+    if code < 0:
+        name = _signal_name(-code)
+        hint = " (the system may have run out of memory)" if name == "SIGKILL" else ""
+        return EngineError(f"the job's process ended without an answer: killed by {name}{hint}")
+    return EngineError(f"the job's process ended without an answer (exit code {code})")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _wait_for_exit(child: Any, receiver: Any, seconds: float) -> None:
+    """Wait up to ``seconds`` for the child to exit, reading (and dropping) what it still
+    sends: a child blocked writing to a full pipe could not exit."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ready = wait([receiver, child.sentinel], timeout=left)
+        if child.sentinel in ready:
+            return
+        if receiver in ready:
+            try:
+                receiver.recv()
+            except (EOFError, OSError):
+                child.join(timeout=max(deadline - time.monotonic(), 0))
+                return
 
 
 class ChildTraceback(Exception):
@@ -153,6 +192,13 @@ def _sigint_blocked() -> Iterator[None]:
     if block is None:
         yield
         return
+    if os.name == "posix":
+        # The first spawn also starts multiprocessing's resource tracker, and starting it
+        # unblocks SIGINT in this thread (CPython does, so that the tracker can be
+        # interrupted): have it running before the block.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     previous = block(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -180,6 +226,7 @@ def _child(job: Job, request: Any, sender: Any, stop: Any, scratch: str, caller:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with(caller)
+    os.set_inheritable(sender.fileno(), False)  # a process the job starts must not keep it
     for variable in ("TMPDIR", "TEMP", "TMP"):  # removed by the caller, whatever happens
         os.environ[variable] = scratch
     tempfile.tempdir = scratch
@@ -190,9 +237,12 @@ def _child(job: Job, request: Any, sender: Any, stop: Any, scratch: str, caller:
         with lock:
             sender.send(message)
 
+    parent = multiprocessing.parent_process()
+
     def watch() -> None:
         while not stop.value:
-            if os.getppid() != caller:
+            # (On Windows getppid() keeps the id of a parent that exited.)
+            if os.getppid() != caller or (parent is not None and not parent.is_alive()):
                 os._exit(1)  # the caller was killed: nobody will read an answer
             time.sleep(0.02)
         token.cancel()
@@ -223,7 +273,7 @@ def _die_with(caller: int) -> None:
     cannot run while the job is inside a C call that holds the GIL."""
     if not sys.platform.startswith("linux"):
         return
-    with contextlib.suppress(OSError, AttributeError):
+    with contextlib.suppress(OSError, AttributeError, ImportError):
         import ctypes
 
         pr_set_pdeathsig = 1

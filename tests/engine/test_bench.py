@@ -146,11 +146,18 @@ def test_cancel_stops_a_benchmark(package: Path):
 def test_an_isolated_benchmark_runs_in_a_process_of_its_own_and_says_each_step(package: Path):
     """What the CLI and the studio run: the same tokens as in this process, the peak RSS
     the run's own, every step reported, "loading" first while the process starts."""
+    import multiprocessing
+
     steps: list[str] = []
+    children: list[int] = []
+
+    def progress(fraction: float, message: str) -> None:
+        steps.append(message)
+        children.append(len(multiprocessing.active_children()))
+
     here, _ = run_bench(package, SMALL)
-    there, generation = run_bench(
-        package, SMALL, isolated=True, progress=lambda f, m: steps.append(m)
-    )
+    there, generation = run_bench(package, SMALL, isolated=True, progress=progress)
+    assert children[1:] and min(children[1:]) == 1  # every step after "loading": from the child
     assert there.tokens == here.tokens == generation.tokens
     assert there.peak_rss_scope == "benchmark"
     assert steps[0] == "loading (ort)" and steps[-1] == "done"

@@ -189,28 +189,84 @@ def test_an_interrupt_while_waiting_lets_an_asked_child_clean_up(tmp_path: Path)
     assert not multiprocessing.active_children()
 
 
-def test_a_child_whose_caller_was_killed_exits():
+def _announce_then_spin(request: Any, progress: Any, cancel: Any) -> None:
+    progress(0.1, str(os.getpid()))
+    time.sleep(0.5)  # the message on its way, then one C call that never lets go
+    sum(itertools.repeat(1))
+
+
+def test_a_child_whose_caller_was_killed_exits_even_inside_a_c_call():
+    """The child's watch thread cannot run while its job holds the GIL: the kernel ends
+    it (PR_SET_PDEATHSIG on Linux)."""
     script = (
-        "import sys, time\n"
         "from engine.child import run_in_child\n"
-        "from tests.engine.test_child import _ask_then_stop\n"
-        "def progress(f, m):\n"
-        "    import multiprocessing\n"
-        "    print(multiprocessing.active_children()[0].pid, flush=True)\n"
-        "run_in_child(_ask_then_stop, None, progress)\n"
+        "from tests.engine.test_child import _announce_then_spin\n"
+        "run_in_child(_announce_then_spin, None, lambda f, m: print(m, flush=True))\n"
     )
     caller = subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     assert caller.stdout is not None
     child = int(caller.stdout.readline())
+    time.sleep(1.5)  # now spinning
     caller.kill()
     caller.wait()
-    for _ in range(600):  # it notices within 20 ms of idle time; allow a busy machine a minute
+    for _ in range(600):  # at once by the kernel; allow a busy machine a minute
         if not _alive(child):
             break
         time.sleep(0.1)
-    assert not _alive(child)
+    alive = _alive(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive
+
+
+FIRST_CHILD = """
+import os, sys, time
+from engine.child import run_in_child
+from tests.engine.test_child import _ask_then_stop
+
+def started(fraction, message):
+    sys.stdout.write("started\\n")
+    sys.stdout.flush()
+
+try:
+    run_in_child(_ask_then_stop, None, started)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("delay_ms", [0, 10, 20, 40, 80])
+def test_ctrl_c_while_the_first_child_starts_prints_no_traceback(delay_ms: int):
+    """Ctrl-C reaches the whole process group, the starting child too: it must be
+    blocked there until the child ignores it. The first child a process starts is the
+    one at risk (starting multiprocessing's resource tracker unblocks SIGINT)."""
+    caller = subprocess.Popen(
+        [sys.executable, "-c", FIRST_CHILD],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_a_foreground_job,
+        start_new_session=True,
+    )
+    for _ in range(3000):  # until the child exists (its Python is starting up)
+        if _children(caller.pid):
+            break
+        time.sleep(0.001)
+    time.sleep(delay_ms / 1000)
+    os.killpg(caller.pid, signal.SIGINT)
+    _, stderr = caller.communicate(timeout=120)
+    assert "Traceback" not in stderr, stderr
+    assert caller.returncode == 130, stderr
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -219,6 +275,32 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"  # a zombie has exited (its parent is gone; init reaps it)
+
+
+def _killed(request: Any, progress: Any, cancel: Any) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_child_is_named_as_such():
+    with pytest.raises(EngineError, match=r"killed by SIGKILL \(the system may have run out"):
+        run_in_child(_killed, None, lambda f, m: None)
+
+
+def _leave_a_process_behind(request: Any, progress: Any, cancel: Any) -> None:
+    subprocess.Popen(["sleep", "60"], close_fds=False)  # may inherit what it is given
+    os._exit(3)
+
+
+def test_a_process_the_job_started_does_not_hold_the_caller():
+    began = time.monotonic()
+    with pytest.raises(EngineError, match=r"exit code 3"):
+        run_in_child(_leave_a_process_behind, None, lambda f, m: None)
+    assert time.monotonic() - began < 30  # not the 60 s of the process left behind
+
+
+def test_a_request_that_cannot_be_sent_is_that_error():
+    with pytest.raises(TypeError, match="pickle"):
+        run_in_child(_answer, threading.Lock(), lambda f, m: None)
 
 
 def test_a_child_that_dies_is_an_error():
