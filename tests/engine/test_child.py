@@ -265,7 +265,10 @@ def test_ctrl_c_while_the_first_child_starts_prints_no_traceback(delay_ms: int):
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
+        try:  # a thread may end while we look
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
     return found
 
 
