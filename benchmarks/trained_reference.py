@@ -18,7 +18,9 @@ package on held-out sequences, every position teacher-forced in one prefill:
 * ``bytes``: the package's decoder weights.
 
 Prints one JSON object. A CPU-size run (the defaults) takes a few minutes on two cores;
-``--preset gpu`` is the benchmark size for the lent H200 (training on CUDA):
+``--preset gpu`` is the benchmark's model size for the lent GPU (training on CUDA; the
+README's table trains it ``--steps 500``, the preset's 3,000 steps overfit this small
+corpus and serve as the contrast):
 
     python benchmarks/trained_reference.py [--preset cpu|gpu] [--steps N] [--keep DIR] [--cuda]
         [--webgpu]

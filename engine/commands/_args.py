@@ -110,7 +110,8 @@ def add_build_options(
         "--calibration",
         metavar="TEXT_FILE",
         default=None,
-        help="UTF-8 text whose tokens calibrate --quant-method gptq, awq or awq-gptq (default: "
+        help="UTF-8 text whose tokens calibrate --quant-method gptq, awq or awq-gptq and the "
+        "sensitivity measurement of --size-budget, --target-kld and plan --tradeoff (default: "
         "a built-in sample of the Python standard library's documentation strings)",
     )
     parser.add_argument(
