@@ -88,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.runtime.media import MediaPrompt
     from engine.runtime.package import open_package
 
+    if args.prompt is not None and not (args.image or args.audio):
+        raise OptionsError(
+            f"{option('prompt')} is the text of a prompt with media ({option('image', 'PATH')} "
+            f"/ {option('audio', 'PATH')}); a text benchmark times {option('prompt_len', 'N')} "
+            "seeded random tokens: leave it out"
+        )
     package = open_package(args.package)
     media = None
     if args.image or args.audio:
@@ -109,6 +115,13 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads,
     )
+    if config.runtime == "genai" and args.kv_mode != "auto":
+        raise OptionsError(
+            f"{option('kv_mode', args.kv_mode)} is our runner's ({option('runtime', 'ort')}); "
+            "onnxruntime-genai keeps the KV cache as the package's genai_config says "
+            "(search.past_present_share_buffer): leave it out, or add "
+            f"{option('runtime', 'ort')}"
+        )
     cancel = getattr(args, "cancel", None)
     mode = args.graph_capture
     if mode == "auto":
@@ -125,14 +138,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {render_message(str(warning))}", file=sys.stderr, flush=True)
     with progress_bar(args.quiet or args.json) as progress:
         try:
+            cancelled = False
             if mode == "both":
                 comparison = compare_capture(
-                    package, config, progress=progress, cancel=cancel, isolated=True
+                    package,
+                    config,
+                    progress=progress,
+                    cancel=cancel,
+                    isolated=True,
+                    keep_on_cancel=True,  # the capture-off row is printed before the cancel
                 )
                 data = comparison.to_json()
                 results = [comparison.off] + ([comparison.on] if comparison.on else [])
                 check = comparison.agreement
-                error = comparison.error
+                error, cancelled = comparison.error, comparison.cancelled
             else:
                 result, first = run_bench(
                     package,
@@ -143,20 +162,27 @@ def run(args: argparse.Namespace) -> int:
                     cancel=cancel,
                     isolated=True,
                 )
-                check = (
-                    validate_capture(package, config, first, cancel=cancel, isolated=True)
-                    if mode == "on"
-                    else None
-                )
+                check, error = None, None
+                if mode == "on":
+                    try:
+                        check = validate_capture(
+                            package, config, first, cancel=cancel, isolated=True
+                        )
+                    except (CancelledError, KeyboardInterrupt):
+                        # the timed run is done: print it, then stop as cancelled
+                        error, cancelled = "cancelled", True
                 data = result.to_json()
                 data["capture_check"] = check.to_json() if check else None
-                results, error = [result], None
+                data["cancelled"] = cancelled
+                results = [result]
         except KeyboardInterrupt:
             raise CancelledError("interrupted") from None
     if args.json:
         print_json(data)
     else:
         _print_table(results, check, error)
+    if cancelled:
+        raise CancelledError("interrupted")
     if error is not None and args.graph_capture != "auto":
         return 1  # a capture run the user asked for did not happen
     return 1 if check is not None and not check.same_tokens else 0
@@ -204,4 +230,9 @@ def _print_table(results: list[Any], check: Any, error: str | None) -> None:
         against = "no capture" if len(results) > 1 else "an untimed run without it"
         print(f"capture vs {against}: {verdict}{diff}")
     if error:
-        print(f"capture run not done: {error}")
+        what = (
+            "check against a run without capture"
+            if len(results) == 1 and first.graph_capture
+            else "run"
+        )
+        print(f"capture {what} not done: {error}")

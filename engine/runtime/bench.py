@@ -543,12 +543,16 @@ def compare_capture(
     progress: Progress = no_progress,
     cancel: CancelToken | None = None,
     isolated: bool = False,
+    keep_on_cancel: bool = False,
 ) -> CaptureComparison:
     """Capture off, then on, on the same prompt; the capture run validated against off.
 
     A capture run that fails (the EP refuses capture for this graph) is reported in
     ``error`` rather than raised, so the capture-off numbers are still returned.
     ``isolated``: each run in a child process (see the module's docstring).
+    ``keep_on_cancel``: a cancel (or Ctrl-C) once the capture-off run is done returns it,
+    marked ``cancelled``, instead of raising, so a caller can report what was measured
+    before it stops (a cancel during the capture-off run still raises).
     """
     from engine.errors import CancelledError, EngineError
 
@@ -572,8 +576,10 @@ def compare_capture(
             cancel=cancel,
             isolated=isolated,
         )
-    except CancelledError:
-        raise
+    except (CancelledError, KeyboardInterrupt):
+        if not keep_on_cancel:
+            raise
+        return CaptureComparison(off, None, None, error="cancelled", cancelled=True)
     except EngineError as exc:
         return CaptureComparison(off=off, on=None, agreement=None, error=str(exc))
     return CaptureComparison(off=off, on=on, agreement=compare(off_run, on_run))

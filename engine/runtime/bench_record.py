@@ -126,6 +126,9 @@ class CaptureComparison:
     """Greedy tokens and logits of capture on against capture off."""
     error: str | None = None
     """Why the capture run did not happen, when it did not."""
+    cancelled: bool = False
+    """The capture run was cancelled (``compare_capture(keep_on_cancel=True)``): ``off`` is
+    complete, ``on`` absent."""
 
     @property
     def speedup(self) -> float | None:
@@ -145,6 +148,7 @@ class CaptureComparison:
             "capture_validated": self.validated,
             "agreement": self.agreement.to_json() if self.agreement else None,
             "error": self.error,
+            "cancelled": self.cancelled,
         }
 
 

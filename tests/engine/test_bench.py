@@ -214,6 +214,22 @@ def test_bench_cli_text_shows_a_table(package: Path):
     assert "decode tok/s" in result.stdout and "runtime  genai" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--prompt", "hello world"), "--prompt is the text of a prompt with media"),
+        (("--runtime", "genai", "--kv-mode", "growing"), "--kv-mode growing is our runner's"),
+    ],
+    ids=["prompt-without-media", "genai-kv-mode"],
+)
+def test_bench_flags_the_run_would_not_use_are_refused(package: Path, flags: tuple, said: str):
+    """Before, both ran anyway: 128 random tokens timed in place of the prompt, and genai's
+    shared KV reported under --kv-mode growing."""
+    result = cli("bench", str(package), *flags, "--quiet")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert said in result.stderr and result.stdout == ""
+
+
 def test_bench_cli_refuses_a_folder_that_is_not_a_package(tmp_path: Path):
     result = cli("bench", str(tmp_path))
     assert result.returncode == 2 and "is not a package" in result.stderr
@@ -304,6 +320,78 @@ def test_the_capture_check_says_what_it_compared(tmp_path: Path):
         (said[mode],) = [line for line in result.stdout.splitlines() if "capture vs" in line]
     assert said["on"].startswith("capture vs an untimed run without it: same tokens")
     assert said["both"].startswith("capture vs no capture: same tokens")
+
+
+@pytest.fixture(scope="module")
+def webgpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests._support.webgpu import require_webgpu
+
+    require_webgpu()
+    out = tmp_path_factory.mktemp("bench-wg") / "pkg"
+    export(out, preset="gemma4-tiny", options=ExportOptions(ep="webgpu", random_weights=True))
+    return out
+
+
+def test_a_cancel_after_the_capture_off_run_can_keep_it(webgpu_package: Path):
+    token = CancelToken()
+
+    def cancel_in_the_capture_run(fraction: float, message: str) -> None:
+        if fraction > 0.5:
+            token.cancel()
+
+    config = BenchConfig(prompt_length=8, new_tokens=3, repeats=1, warmup=0)
+    kept = compare_capture(
+        webgpu_package,
+        config,
+        progress=cancel_in_the_capture_run,
+        cancel=token,
+        keep_on_cancel=True,
+    )
+    assert kept.cancelled and kept.on is None and kept.error == "cancelled"
+    assert kept.off.decode_tokens_per_second > 0 and not kept.off.graph_capture
+    assert json.loads(json.dumps(kept.to_json()))["cancelled"] is True
+    token = CancelToken()
+    with pytest.raises(CancelledError):  # without keep_on_cancel: raised, as before
+        compare_capture(webgpu_package, config, progress=cancel_in_the_capture_run, cancel=token)
+
+
+def _interrupted(*args: object, **kwargs: object) -> object:
+    raise KeyboardInterrupt("SIGINT")  # what Ctrl-C raises in the CLI's main thread
+
+
+@pytest.mark.parametrize("mode", ["both", "on"])
+def test_ctrl_c_after_a_finished_run_prints_it_before_it_stops(
+    webgpu_package: Path,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    """``both``: Ctrl-C during the capture run still prints the capture-off row (a user's
+    minutes of measurement); ``on``: Ctrl-C during the untimed check prints the timed
+    run. Then exit 130, as any Ctrl-C."""
+    from engine import cli as cli_module
+    from engine.runtime import bench as bench_module
+
+    real = bench_module.run_bench
+
+    def capture_run_interrupted(*args: object, **kwargs: object) -> object:
+        if kwargs.get("graph_capture"):
+            _interrupted()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    if mode == "both":
+        monkeypatch.setattr(bench_module, "run_bench", capture_run_interrupted)
+    else:
+        monkeypatch.setattr(bench_module, "validate_capture", _interrupted)
+    args = ["--graph-capture", mode, "--new-tokens", "3", "--repeats", "1", "--warmup", "0"]
+    code = cli_module.main(["bench", str(webgpu_package), *args, "--prompt-len", "8", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 130, out + err
+    assert err.strip().splitlines()[-1] == "cancelled: interrupted"
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("off ", "on "))]
+    assert rows == (["off"] if mode == "both" else ["on"]), out
+    what = "run" if mode == "both" else "check against a run without capture"
+    assert f"capture {what} not done: cancelled" in out
 
 
 def _software_plugin(monkeypatch: pytest.MonkeyPatch, cores: int = 2) -> None:
