@@ -9,9 +9,10 @@ imported only inside this module's functions.
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -196,6 +197,42 @@ class VerifyResult:
         return data
 
 
+_SHAPE_KEYS = (
+    ("model_type", "model type"),
+    ("layers", "layers"),
+    ("hidden_size", "hidden size"),
+    ("attention_heads", "attention heads"),
+    ("head_dim", "head sizes"),
+    ("kv_heads", "KV heads"),
+    ("intermediate_sizes", "MLP widths"),
+    ("per_layer_embedding_dim", "per-layer embedding width"),
+    ("experts", "experts"),
+)
+"""What the package's manifest (``export_studio.json``) records of the model's shape, and
+how a message names it."""
+
+
+def check_same_model(pkg: Package, spec: ModelSpec) -> None:
+    """Refuse a checkpoint whose shape differs from the one the package was exported from
+    (the manifest's ``model`` summary; a package without one is checked by its vocabulary
+    only): comparing them would blame the package for the wrong model."""
+    recorded = (pkg.manifest or {}).get("model")
+    if not isinstance(recorded, Mapping):
+        return
+    # through JSON, as the manifest was written: tuples become lists
+    actual = json.loads(json.dumps(spec.summary()))
+    differences = [
+        f"{label} {recorded[key]} in the package, {actual[key]} in the checkpoint"
+        for key, label in _SHAPE_KEYS
+        if key in recorded and recorded[key] != actual.get(key)
+    ]
+    if differences:
+        raise PackageError(
+            f"{pkg.path.name} was exported from a different model ({'; '.join(differences)}); "
+            "verify the package against the checkpoint it was exported from"
+        )
+
+
 def verify(
     package: Package | str | os.PathLike[str],
     model_dir: str | os.PathLike[str],
@@ -265,6 +302,7 @@ def verify(
             f"the package's vocabulary ({pkg.vocab_size}) differs from the checkpoint's "
             f"({spec.vocab_size}); verify the package against the model it was exported from"
         )
+    check_same_model(pkg, spec)
     check_package_tokenizer(pkg)
     if quality_tokens < 0:
         raise OptionsError(

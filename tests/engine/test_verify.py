@@ -112,6 +112,22 @@ def test_package_of_another_architecture_is_refused(made):
         verify(made["preset"], made["model"])
 
 
+def test_a_checkpoint_of_another_shape_with_the_same_vocabulary_is_refused(
+    made, tmp_path: Path
+):
+    """A package verified against the wrong checkpoint must not be blamed for it (before:
+    a full run, then FAIL on cosine -0.08). Same vocabulary, wider MLP and more heads."""
+    wider = tmp_path / "wider"
+    make_checkpoint(wider, intermediate_size=192, num_attention_heads=8)
+    with pytest.raises(PackageError) as refused:
+        verify(made["fp32"], wider, steps=2)
+    message = str(refused.value)
+    assert "fp32 was exported from a different model" in message
+    assert "attention heads 4 in the package, 8 in the checkpoint" in message
+    assert "MLP widths [128, 256] in the package, [192, 384] in the checkpoint" in message
+    assert "verify the package against the checkpoint it was exported from" in message
+
+
 def test_tolerance_follows_the_manifest(made):
     from engine.runtime.package import open_package
 
