@@ -47,6 +47,8 @@ def build_line(
     overwrite: bool = False,
 ) -> CliLine:
     """The ``build`` command that exports what these arguments describe."""
+    from engine.commands._args import QUANTIZATION_ONLY
+
     if (preset is None) == (model_dir is None):
         raise ValueError("give either a preset or a model folder")
     model = ["--preset", preset] if preset is not None else ["--model", str(model_dir)]
@@ -55,9 +57,14 @@ def build_line(
     baseline = _options(parser, [*model, "OUT"])
     argv = ["build", *model]
     missing = []
+    # What shapes quantized weights says nothing of a float export: the CLI refuses it there
+    # (a studio keeps the block size a user chose before picking float weights).
+    unused = (
+        QUANTIZATION_ONLY if options.weight_bits is None and options.embedding_bits is None else ()
+    )
     for f in fields(ExportOptions):
         value = getattr(options, f.name)
-        if f.name in _NOT_OPTIONS or value == getattr(baseline, f.name):
+        if f.name in _NOT_OPTIONS or f.name in unused or value == getattr(baseline, f.name):
             continue
         action = actions.get(f.name)
         if action is None:

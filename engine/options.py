@@ -219,6 +219,8 @@ class ExportOptions:
                 f"{option('size_budget')} and {option('target_kld')} choose INT8 for some 4-bit "
                 f"weights; add {option('weight_bits', 4)} (and / or {option('embedding_bits', 4)})"
             )
+        if self.seed < 0:  # as bench's and verify's: one rule for every seed
+            raise OptionsError(f"{option('seed')} must be 0 or more, got {self.seed}")
         if patterns["keep_int8"] and self.weight_bits is None and self.embedding_bits is None:
             raise OptionsError(
                 f"{option('keep_int8')} stores quantized weights in 8 bits, but nothing is "

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from engine.caps import list_eps
+from engine.errors import OptionsError, option
 from engine.options import DTYPES, MODALITIES, ExportOptions
 from engine.presets import list_presets
 from engine.progress import Progress
@@ -233,6 +234,37 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
         seed=getattr(args, "seed", 0),
         modalities=args.modalities,
     )
+
+
+QUANTIZATION_ONLY = (
+    "block_size",
+    "embedding_block_size",
+    "symmetric",
+    "quant_method",
+    "accuracy_level",
+    "quantize_lm_head",
+)
+"""ExportOptions fields that shape quantized weights and nothing else."""
+
+
+def refuse_unused_quantization(options: ExportOptions) -> None:
+    """A quantization flag given to an export that quantizes nothing changes nothing: it is
+    refused, as ``--keep-int8`` is, rather than ignored (the user meant some quantization)."""
+    if options.weight_bits is not None or options.embedding_bits is not None:
+        return
+    left_out = ExportOptions()
+    given = [
+        option(name)
+        for name in QUANTIZATION_ONLY
+        if getattr(options, name) != getattr(left_out, name)
+    ]
+    if given:
+        these = "it" if len(given) == 1 else "them"
+        raise OptionsError(
+            f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} quantized weights, but "
+            f"nothing is quantized; add {option('weight_bits', 4)} (and / or "
+            f"{option('embedding_bits', 4)}), or leave {these} out"
+        )
 
 
 def print_json(data: Any) -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands._args import add_build_options, options_from_args, print_json
+from engine.commands._args import (
+    add_build_options,
+    options_from_args,
+    print_json,
+    refuse_unused_quantization,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         from engine.rewrites import apply_rewrites
 
         args.ep = args.ep or "cpu"
-        export_plan = plan(load_model_spec(args.model, args.preset), options_from_args(args))
+        options = options_from_args(args)
+        refuse_unused_quantization(options)
+        export_plan = plan(load_model_spec(args.model, args.preset), options)
         audits = []
         for session in plan_sessions(export_plan):  # every session an export writes
             model = build_session(export_plan, session.name)

@@ -11,6 +11,7 @@ from engine.commands._args import (
     options_from_args,
     print_json,
     progress_bar,
+    refuse_unused_quantization,
 )
 from engine.errors import CancelledError, render_message
 from engine.units import format_bytes
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.pipeline import export
 
     options = options_from_args(args, random_weights=args.random_weights)
+    refuse_unused_quantization(options)
     with progress_bar(args.quiet) as progress:
         try:
             result = export(

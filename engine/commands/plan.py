@@ -11,6 +11,7 @@ from engine.commands._args import (
     count,
     options_from_args,
     print_json,
+    refuse_unused_quantization,
 )
 
 
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_model_spec(args.model, args.preset)
     options = options_from_args(args)
+    if not args.tradeoff:  # --tradeoff quantizes on its own, with these flags
+        refuse_unused_quantization(options)
     text = None  # --tradeoff measures on --calibration whatever the quantizer
     if args.tradeoff and not options.calibrated:
         text, options = options.calibration, replace(options, calibration=None)

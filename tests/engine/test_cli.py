@@ -65,3 +65,30 @@ def test_bad_option_is_a_usage_error():
     result = cli("plan", "--preset", "gemma4-e2b", "--weight-bits", "3")
     assert result.returncode == 2
     assert "weight bits must be 4 or 8" in result.stderr
+
+
+def test_quantization_flags_without_quantization_are_refused(tmp_path: Path):
+    """Before: ``build --block-size 64 --symmetric`` of a float export exited 0 having
+    used neither; now refused as ``--keep-int8`` is, with nothing written."""
+    out = tmp_path / "pkg"
+    flags = ("--block-size", "64", "--symmetric", "--quant-method", "search")
+    result = cli("build", "--preset", "gemma4-tiny", "--random-weights", *flags, str(out))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        "error: --block-size, --symmetric, --quant-method shape quantized weights, but nothing "
+        "is quantized; add --weight-bits 4 (and / or --embedding-bits 4), or leave them out"
+    )
+    assert not out.exists()
+    plan = cli("plan", "--preset", "gemma4-tiny", "--accuracy-level", "4")
+    assert plan.returncode == 2 and "--accuracy-level shapes quantized weights" in plan.stderr
+    quantized = cli("plan", "--preset", "gemma4-tiny", "--embedding-bits", "4", *flags)
+    assert quantized.returncode == 0, quantized.stderr
+
+
+def test_a_negative_seed_is_refused_by_build_as_by_bench(tmp_path: Path):
+    """Before: ``build --seed=-1`` wrote a package while ``bench --seed -3`` was refused."""
+    out = tmp_path / "pkg"
+    result = cli("build", "--preset", "gemma4-tiny", "--random-weights", "--seed=-1", str(out))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == "error: --seed must be 0 or more, got -1"
+    assert not out.exists()
