@@ -238,11 +238,17 @@ if provider not in ort.get_available_providers():
         import onnxruntime_ep_webgpu as plugin
     except ImportError:
         plugin = None
-    if plugin is not None and plugin.get_ep_name() == provider:
-        ort.register_execution_provider_library(provider, plugin.get_library_path())
-        devices = [d for d in ort.get_ep_devices() if d.ep_name == provider]
+    offered = ort.get_available_providers()
+    if plugin is not None:
+        name = plugin.get_ep_name()
+        ort.register_execution_provider_library(name, plugin.get_library_path())
+        found = [d for d in ort.get_ep_devices() if d.ep_name == name]
+        if found:
+            offered.append(name)  # offered too, though not listed as built in
+        if name == provider:
+            devices = found
     if not devices:
-        print(json.dumps({"available": False, "providers": ort.get_available_providers()}))
+        print(json.dumps({"available": False, "providers": offered}))
         raise SystemExit(0)
 options = ort.SessionOptions()
 options.log_severity_level = 0
@@ -272,9 +278,10 @@ def device_placement(
     name = Path(model_path).name
     interpreter = python or sys.executable
     if python is None:
-        from engine.runtime.plugins import ort_plugin
+        from engine.runtime.plugins import PLUGIN_MODULES, ort_plugin
 
-        ort_plugin(caps.ort_provider)  # decides the software-adapter switch the child inherits
+        for provider in PLUGIN_MODULES:  # decides the software-adapter switch the child
+            ort_plugin(provider)  # inherits (and what it can say it offers)
     try:
         proc = subprocess.run(
             [interpreter, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],

@@ -132,6 +132,28 @@ def _devices(ort: Any, provider: str) -> tuple[Any, ...]:
     return tuple(d for d in ort.get_ep_devices() if d.ep_name == provider)
 
 
+def no_device_reason(provider: str) -> str | None:
+    """Why an installed plugin EP offers no device here, in words that say what to do; None
+    when it offers one or is not installed."""
+    plugin = ort_plugin(provider)
+    if plugin is None or plugin.devices:
+        return None
+    said = os.environ.get(SOFTWARE_ADAPTER_ENV)
+    if said is not None and said != "1":
+        return (
+            f"the {provider} plugin is installed but found no GPU adapter, and "
+            f"{SOFTWARE_ADAPTER_ENV}={said} keeps it off the software one (lavapipe): unset "
+            "it, or set it to 1, to run there"
+        )
+    if not has_lavapipe():
+        return (
+            f"the {provider} plugin is installed but found no GPU adapter and no software "
+            "Vulkan driver to fall back on: install Mesa's lavapipe (bash "
+            "scripts/install-lavapipe.sh)"
+        )
+    return f"the {provider} plugin is installed but offers no device here"
+
+
 def plugin_providers() -> list[str]:
     """Plugin EPs that offer a device here (registered with onnxruntime)."""
     return [p for p in PLUGIN_MODULES if (plugin := ort_plugin(p)) is not None and plugin.devices]

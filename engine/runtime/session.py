@@ -27,6 +27,7 @@ from engine.runtime.limits import check_threads
 from engine.runtime.plugins import (
     PLUGIN_MODULES,
     adapter_notices_dropped,
+    no_device_reason,
     ort_plugin,
     plugin_providers,
 )
@@ -76,7 +77,7 @@ def require_provider(ep: str) -> EpCapabilities:
             "or, for WebGPU, onnxruntime-webgpu"
         )
     if caps.ort_provider not in offered:
-        hint = caps.install_hint
+        hint = no_device_reason(caps.ort_provider) or caps.install_hint
         here = set(available_providers())
         usable = [name for name in list_eps() if get_caps(name).ort_provider in here]
         raise RuntimeUnavailableError(

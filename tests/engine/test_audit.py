@@ -201,6 +201,25 @@ def test_audit_package_measures_cpu_placement(tmp_path: Path):
     assert not audit.capture_ready and audit.findings == ()
 
 
+def test_placement_on_an_absent_ep_lists_the_plugin_eps_too(tmp_path: Path):
+    """A CUDA package audited on a machine without CUDA: the EPs it could run on include
+    the WebGPU plugin (before: only onnxruntime's built-in ones, while ``bench`` offered
+    webgpu)."""
+    from engine.audit import device_placement
+    from engine.runtime.plugins import ort_plugin
+
+    result = export(
+        tmp_path / "pkg",
+        preset="gemma4-tiny",
+        options=ExportOptions(ep="cuda", random_weights=True),
+    )
+    placement, why = device_placement(result.output / "model.onnx", get_caps("cuda"))
+    assert placement is None and "CUDAExecutionProvider is not available" in why
+    plugin = ort_plugin("WebGpuExecutionProvider")
+    assert plugin is not None and plugin.devices, "the dev extra's WebGPU plugin offers a device"
+    assert "WebGpuExecutionProvider" in why.partition("(has ")[2], why
+
+
 def test_audit_package_reports_missing_files(tmp_path: Path):
     with pytest.raises(PackageError, match=r"no genai_config\.json"):
         audit_package(tmp_path, get_caps("cpu"))

@@ -153,6 +153,27 @@ def test_bench_output_has_neither_dawn_notices_nor_bar_frames(plugin, qwen3):
         assert "\r" not in done.stderr and "%|" not in done.stderr, done.stderr
 
 
+def test_the_software_adapter_turned_off_is_named_as_the_reason(plugin, qwen3):
+    """With no GPU and ``ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=0`` the plugin offers nothing:
+    the error names the variable, not an install the user has already done."""
+    import os
+
+    if not plugin.software:
+        pytest.skip("a GPU adapter is here: the variable does not take it away")
+    root, _ = qwen3
+    env = {**os.environ, "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "bench", str(root / "webgpu"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=0 keeps it off the software one" in done.stderr
+    assert "pip install" not in done.stderr
+
+
 def _stderr_lines(script: str) -> list[str]:
     """What a fresh Python running ``script`` writes to fd 2, line by line."""
     done = subprocess.run(
