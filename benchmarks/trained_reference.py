@@ -148,6 +148,7 @@ def train_tokenizer(text: str, vocab: int, out: Path) -> Any:
         vocab_size=vocab,
         special_tokens=["<pad>", "<eos>", "<bos>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bar writes blank lines to a stdout that is not a terminal
     )
     chunks = text.split("\n\n")
     tokenizer.train_from_iterator(chunks, trainer=trainer)
