@@ -239,6 +239,9 @@ CONTROLS: dict[str, Control] = {
     "threads": Control("Threads", "onnxruntime's intra-op threads (default: the runtime's)."),
     "image": Control("Images", "Images sent with the prompt (PNG, JPEG, GIF or BMP)."),
     "audio": Control("Audio", "An audio clip sent with the prompt (WAV, FLAC or MP3)."),
+    "prompt": Control("Prompt", "The text sent with images or audio (the markers are added)."),
+    # The command line's bench only: the studio's runner picks its KV mode from the package.
+    "kv_mode": Control("KV mode", "Our runner's KV cache: shared preallocated or growing."),
     "steps": Control("Steps", "Generated positions Verify compares with transformers."),
     # Verify's quality on text: the studio measures on the built-in sample with the defaults.
     "text": Control("Text", "A UTF-8 text file Verify measures quality on (KLD, perplexity)."),

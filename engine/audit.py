@@ -9,6 +9,7 @@ each node was actually assigned to.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -241,8 +242,13 @@ if provider not in ort.get_available_providers():
     offered = ort.get_available_providers()
     if plugin is not None:
         name = plugin.get_ep_name()
-        ort.register_execution_provider_library(name, plugin.get_library_path())
-        found = [d for d in ort.get_ep_devices() if d.ep_name == name]
+        try:
+            ort.register_execution_provider_library(name, plugin.get_library_path())
+            found = [d for d in ort.get_ep_devices() if d.ep_name == name]
+        except Exception:  # a plugin that cannot load here is not offered
+            if name == provider:
+                raise
+            found = []
         if found:
             offered.append(name)  # offered too, though not listed as built in
         if name == provider:
@@ -280,8 +286,12 @@ def device_placement(
     if python is None:
         from engine.runtime.plugins import PLUGIN_MODULES, ort_plugin
 
-        for provider in PLUGIN_MODULES:  # decides the software-adapter switch the child
-            ort_plugin(provider)  # inherits (and what it can say it offers)
+        # Decides the software-adapter switch the child inherits (so it can also say what
+        # the plugins offer when the EP asked for is absent).
+        ort_plugin(caps.ort_provider)
+        for provider in set(PLUGIN_MODULES) - {caps.ort_provider}:
+            with contextlib.suppress(Exception):  # another EP's plugin: no reason to fail
+                ort_plugin(provider)
     try:
         proc = subprocess.run(
             [interpreter, "-c", _PLACEMENT_SCRIPT, str(model_path), caps.ort_provider],

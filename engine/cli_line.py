@@ -47,7 +47,7 @@ def build_line(
     overwrite: bool = False,
 ) -> CliLine:
     """The ``build`` command that exports what these arguments describe."""
-    from engine.commands._args import QUANTIZATION_ONLY
+    from engine.commands._args import unused_quantization
 
     if (preset is None) == (model_dir is None):
         raise ValueError("give either a preset or a model folder")
@@ -57,11 +57,9 @@ def build_line(
     baseline = _options(parser, [*model, "OUT"])
     argv = ["build", *model]
     missing = []
-    # What shapes quantized weights says nothing of a float export: the CLI refuses it there
-    # (a studio keeps the block size a user chose before picking float weights).
-    unused = (
-        QUANTIZATION_ONLY if options.weight_bits is None and options.embedding_bits is None else ()
-    )
+    # What shapes quantized weights says nothing of an export without them: the CLI refuses
+    # it there (a studio keeps the block size a user chose before picking float weights).
+    unused = unused_quantization(options)
     for f in fields(ExportOptions):
         value = getattr(options, f.name)
         if f.name in _NOT_OPTIONS or f.name in unused or value == getattr(baseline, f.name):

@@ -236,35 +236,65 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
     )
 
 
+WEIGHT_ONLY = ("accuracy_level", "quantize_lm_head")
+"""ExportOptions fields that shape quantized linear weights (MatMulNBits) and nothing else."""
 QUANTIZATION_ONLY = (
     "block_size",
     "embedding_block_size",
     "symmetric",
     "quant_method",
-    "accuracy_level",
-    "quantize_lm_head",
+    *WEIGHT_ONLY,
 )
-"""ExportOptions fields that shape quantized weights and nothing else."""
+"""ExportOptions fields that shape quantized weights or tables and nothing else."""
+
+
+_QUANTIZATION_FLAGS = {
+    "block_size": option("block_size"),
+    "embedding_block_size": option("embedding_block_size"),
+    "symmetric": option("symmetric"),
+    "quant_method": option("quant_method"),
+    "accuracy_level": option("accuracy_level"),
+    "quantize_lm_head": "--no-quantize-lm-head",  # the flag that sets it (CLI only)
+}
+
+
+def unused_quantization(options: ExportOptions) -> tuple[str, ...]:
+    """The fields of :data:`QUANTIZATION_ONLY` that this export has nothing to apply to."""
+    if options.weight_bits is not None:
+        return ()
+    return WEIGHT_ONLY if options.embedding_bits is not None else QUANTIZATION_ONLY
 
 
 def refuse_unused_quantization(options: ExportOptions) -> None:
-    """A quantization flag given to an export that quantizes nothing changes nothing: it is
-    refused, as ``--keep-int8`` is, rather than ignored (the user meant some quantization)."""
-    if options.weight_bits is not None or options.embedding_bits is not None:
-        return
+    """A quantization flag given to an export with nothing it applies to changes nothing:
+    it is refused, as ``--keep-int8`` is, rather than ignored (the user meant some
+    quantization). Values the options refuse anyway are refused for that first."""
+    options.resolve()
     left_out = ExportOptions()
     given = [
-        option(name)
-        for name in QUANTIZATION_ONLY
+        name
+        for name in unused_quantization(options)
         if getattr(options, name) != getattr(left_out, name)
     ]
-    if given:
-        these = "it" if len(given) == 1 else "them"
+    if not given:
+        return
+    flags = ", ".join(_QUANTIZATION_FLAGS[name] for name in given)
+    verb = "shapes" if len(given) == 1 else "shape"
+    these = "it" if len(given) == 1 else "them"
+    if options.embedding_bits is not None:
         raise OptionsError(
-            f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} quantized weights, but "
-            f"nothing is quantized; add {option('weight_bits', 4)} (and / or "
-            f"{option('embedding_bits', 4)}), or leave {these} out"
+            f"{flags} {verb} quantized linear weights, but only the embedding tables are "
+            f"quantized; add {option('weight_bits', 4)}, or leave {these} out"
         )
+    add = (
+        f"{option('weight_bits', 4)}"
+        if all(n in WEIGHT_ONLY for n in given)
+        else f"{option('weight_bits', 4)} (and / or {option('embedding_bits', 4)})"
+    )
+    raise OptionsError(
+        f"{flags} {verb} quantized weights, but nothing is quantized; add {add}, or leave "
+        f"{these} out"
+    )
 
 
 def print_json(data: Any) -> None:

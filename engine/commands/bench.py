@@ -116,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     if config.runtime == "genai" and args.kv_mode != "auto":
+        # (a multimodal package or a prompt with media runs through genai only)
+        ort_too = not (media or package.multimodal)
         raise OptionsError(
             f"{option('kv_mode', args.kv_mode)} is our runner's ({option('runtime', 'ort')}); "
             "onnxruntime-genai keeps the KV cache as the package's genai_config says "
-            "(search.past_present_share_buffer): leave it out, or add "
-            f"{option('runtime', 'ort')}"
+            "(search.past_present_share_buffer): leave it out"
+            + (f", or add {option('runtime', 'ort')}" if ort_too else "")
         )
     cancel = getattr(args, "cancel", None)
     mode = args.graph_capture

@@ -139,17 +139,19 @@ def no_device_reason(provider: str) -> str | None:
     if plugin is None or plugin.devices:
         return None
     said = os.environ.get(SOFTWARE_ADAPTER_ENV)
-    if said is not None and said != "1":
-        return (
-            f"the {provider} plugin is installed but found no GPU adapter, and "
-            f"{SOFTWARE_ADAPTER_ENV}={said} keeps it off the software one (lavapipe): unset "
-            "it, or set it to 1, to run there"
-        )
+    switched_off = said is not None and said != "1"
     if not has_lavapipe():
         return (
             f"the {provider} plugin is installed but found no GPU adapter and no software "
             "Vulkan driver to fall back on: install Mesa's lavapipe (bash "
             "scripts/install-lavapipe.sh)"
+            + (f", and unset {SOFTWARE_ADAPTER_ENV}={said}" if switched_off else "")
+        )
+    if switched_off:
+        return (
+            f"the {provider} plugin is installed but found no GPU adapter, and "
+            f"{SOFTWARE_ADAPTER_ENV}={said} keeps it off the software one (lavapipe): unset "
+            "it, or set it to 1, to run there"
         )
     return f"the {provider} plugin is installed but offers no device here"
 

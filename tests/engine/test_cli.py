@@ -83,6 +83,17 @@ def test_quantization_flags_without_quantization_are_refused(tmp_path: Path):
     assert plan.returncode == 2 and "--accuracy-level shapes quantized weights" in plan.stderr
     quantized = cli("plan", "--preset", "gemma4-tiny", "--embedding-bits", "4", *flags)
     assert quantized.returncode == 0, quantized.stderr
+    tables = cli(
+        "plan", "--preset", "gemma4-tiny", "--embedding-bits", "4", "--no-quantize-lm-head"
+    )  # the flag named as it is spelled, and only --weight-bits advised
+    assert tables.returncode == 2
+    assert tables.stderr.strip() == (
+        "error: --no-quantize-lm-head shapes quantized linear weights, but only the embedding "
+        "tables are quantized; add --weight-bits 4, or leave it out"
+    )
+    bad = cli("plan", "--preset", "gemma4-tiny", "--block-size", "24")
+    assert bad.returncode == 2 and "power of two" in bad.stderr  # its own reason first
+    assert "nothing is quantized" not in bad.stderr, bad.stderr
 
 
 def test_a_negative_seed_is_refused_by_build_as_by_bench(tmp_path: Path):

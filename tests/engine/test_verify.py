@@ -112,9 +112,7 @@ def test_package_of_another_architecture_is_refused(made):
         verify(made["preset"], made["model"])
 
 
-def test_a_checkpoint_of_another_shape_with_the_same_vocabulary_is_refused(
-    made, tmp_path: Path
-):
+def test_a_checkpoint_of_another_shape_with_the_same_vocabulary_is_refused(made, tmp_path: Path):
     """A package verified against the wrong checkpoint must not be blamed for it (before:
     a full run, then FAIL on cosine -0.08). Same vocabulary, wider MLP and more heads."""
     wider = tmp_path / "wider"

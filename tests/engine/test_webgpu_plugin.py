@@ -174,6 +174,25 @@ def test_the_software_adapter_turned_off_is_named_as_the_reason(plugin, qwen3):
     assert "pip install" not in done.stderr
 
 
+def test_a_plugin_without_a_device_says_what_to_do(monkeypatch: pytest.MonkeyPatch):
+    from engine.runtime import plugins
+
+    empty = plugins.PluginDevice("WebGpuExecutionProvider", "lib.so", "0.4.0", (), False)
+    monkeypatch.setattr(plugins, "ort_plugin", lambda provider: empty)
+    monkeypatch.setenv(plugins.SOFTWARE_ADAPTER_ENV, "0")
+    monkeypatch.setattr(plugins, "has_lavapipe", lambda drivers=None: False)
+    reason = plugins.no_device_reason("WebGpuExecutionProvider") or ""
+    assert "install Mesa's lavapipe" in reason  # first: unsetting the variable alone won't do
+    assert reason.endswith("and unset ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=0"), reason
+    monkeypatch.setattr(plugins, "has_lavapipe", lambda drivers=None: True)
+    reason = plugins.no_device_reason("WebGpuExecutionProvider") or ""
+    assert "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=0 keeps it off the software one" in reason
+    monkeypatch.delenv(plugins.SOFTWARE_ADAPTER_ENV)
+    assert plugins.no_device_reason(
+        "WebGpuExecutionProvider",
+    ) == ("the WebGpuExecutionProvider plugin is installed but offers no device here")
+
+
 def _stderr_lines(script: str) -> list[str]:
     """What a fresh Python running ``script`` writes to fd 2, line by line."""
     done = subprocess.run(
