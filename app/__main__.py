@@ -73,12 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.platform_check import display_problem, xcb_problem
 
         no_display = display_problem()
-        if no_display:
+        if no_display:  # what the window would export: the saved session, as it restores it
             from app.headless import run_headless
-            from app.source import DEFAULT_PRESET
 
-            fallback = source or ModelSource("preset", DEFAULT_PRESET)
-            return run_headless(no_display, fallback, args.output, args.overwrite)
+            return run_headless(no_display, source, args.output, args.overwrite, args.settings)
         missing = xcb_problem()
         if missing:
             print(f"export-studio: {missing}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.wording import BLOCK_SIZES, CONTROLS, render
-from engine.caps import EpCapabilities, get_caps
+from engine.caps import EpCapabilities, get_caps, list_eps
 from engine.errors import OptionsError
 from engine.options import ExportOptions
 
@@ -46,6 +46,10 @@ def ep_constraints(caps: EpCapabilities) -> Constraints:
     """What the EP itself cannot do (its capability flags)."""
     name = caps.display_name
     disabled: dict[str, dict[Any, str]] = {}
+    others = {d for ep in list_eps() for d in get_caps(ep).float_dtypes} - {*caps.float_dtypes}
+    if others:  # an explicit dtype survives a change of EP where the new one runs it
+        runs = f"{name} runs {' or '.join(caps.float_dtypes)} activations"
+        disabled["dtype"] = dict.fromkeys(sorted(others), runs)
     if not caps.graph_capture:
         disabled["graph_capture"] = {"on": f"{name} has no graph capture"}
     if not caps.supports("MatMulNBits"):
@@ -156,6 +160,7 @@ def fit_options(
     notes: list[str] = []
     changes: dict[str, Any] = {}
     for key in (
+        "dtype",
         "graph_capture",
         "weight_bits",
         "embedding_bits",
@@ -170,7 +175,11 @@ def fit_options(
                 key
             )
             changes[key] = fallback
-            shown = CONTROLS[key].choice_text(fallback) or fallback or "float"
+            shown = (
+                f"EP default ({get_caps(options.ep).default_dtype})"
+                if key == "dtype"
+                else CONTROLS[key].choice_text(fallback) or fallback or "float"
+            )
             notes.append(f"{_label(key, value)} is not available ({reason}): set to {shown}")
     for key in ("block_size", "embedding_block_size"):
         value = getattr(options, key)

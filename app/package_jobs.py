@@ -121,6 +121,11 @@ class BenchRequest:
     """Text of a prompt with images or audio (None: the engine's default); without
     media the prompt is ``prompt_len`` seeded random tokens."""
 
+    @property
+    def captures(self) -> tuple[bool, ...]:
+        """Graph capture of each run, in order (capture off first)."""
+        return {"off": (False,), "on": (True,), "both": (False, True)}[self.capture]
+
 
 @dataclass(frozen=True)
 class BenchOutcome:
@@ -181,7 +186,7 @@ def bench_job(request: BenchRequest, progress: Progress, cancel: CancelToken) ->
         )
         media.check(package)
     config = _bench_config(request, media)
-    captures = {"off": (False,), "on": (True,), "both": (False, True)}[request.capture]
+    captures = request.captures
     results: list[BenchResult] = []
     generations = []
     for i, capture in enumerate(captures):

@@ -7,13 +7,16 @@ so they never touch the user's settings.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
-from PySide6.QtWidgets import QWidget
 
 from app import APP_NAME, ORG_NAME
 from app.state import ModelSource, StudioState, options_from_json, options_to_json
 from engine.options import ExportOptions
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget  # the headless path reads settings without it
 
 MAX_RECENT = 8
 

@@ -138,7 +138,7 @@ class BenchPanel(QWidget):
         self.run_button = QPushButton("Run &benchmark")
         self.run_button.setToolTip("Run the benchmark in the background (Ctrl+R)")
         self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop after the current step; finished runs are kept")
+        self.cancel_button.setToolTip("Stop the run under way at once; finished runs are kept")
         self.cancel_button.setEnabled(False)
         self.clear_button = QPushButton("C&lear history")
         self.clear_button.setToolTip("Forget every recorded run")
@@ -373,13 +373,13 @@ class BenchPanel(QWidget):
         return worker
 
     def cancel(self) -> None:
-        """Ask the run to stop; it stops after its current step (a generation), which on a
-        software adapter can take a minute, so say so at once."""
+        """Stop the run: its process is ended at once (:mod:`engine.child`), so the answer
+        comes within a poll, however long the prompt pass under way."""
         if not self.controller.running:
             return
         self.controller.cancel()
         self.cancel_button.setEnabled(False)
-        self._say("Cancelling… the current step finishes first; finished runs are kept.", "off")
+        self._say("Cancelling: the run under way stops at once; finished runs are kept.", "off")
 
     def _cancelled(self) -> None:
         self.progress.setValue(0)
@@ -405,9 +405,17 @@ class BenchPanel(QWidget):
         self.latest = outcome
         if self._loaded:  # the history redrew before this outcome was the latest
             self.refresh()
-        self.progress.setValue(1000)
         runs = len(outcome.results)
-        lines = [f"Done: {runs} run{'s' * (runs != 1)} recorded."]
+        # the last report's "run 2/3" goes: a cancelled or failed capture run stopped there
+        planned = len(outcome.request.captures)
+        self.progress.setValue(1000 * runs // planned)
+        self.progress.setFormat("%p%" if runs == planned else "%p%  stopped")
+        recorded = f"{runs} run{'s' * (runs != 1)} recorded"
+        lines = [
+            f"Cancelled during the capture-on run: the capture-off results are kept, {recorded}."
+            if outcome.cancelled
+            else f"Done: {recorded}."
+        ]
         if outcome.results and outcome.results[0].media:
             first = outcome.results[0]
             lines.append(
@@ -425,11 +433,13 @@ class BenchPanel(QWidget):
                 if a.same_tokens
                 else f"Capture on DIFFERS from off from token {a.first_difference}."
             )
-        if outcome.problem:
+        if outcome.problem and not outcome.cancelled:
             kept = "the capture-off results are kept" if runs else "nothing was kept"
             lines.append(f"Not run: {outcome.problem} ({kept}).")
         level = (
-            "warning"
+            "off"
+            if outcome.cancelled
+            else "warning"
             if outcome.problem or (outcome.agreement and not outcome.agreement.same_tokens)
             else "ready"
         )

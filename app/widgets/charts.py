@@ -34,6 +34,8 @@ from engine.units import format_bytes
 MIB = 1024**2
 LABEL_PAD = 18
 """Pixels of a category axis that are not label: the tick, its gap, rounding."""
+PLOT_MARGIN = 2
+"""Pixels of a plot widget's width beside its axes and view (its frame)."""
 OFF_SCALE = 20
 """A limit more than this many times the largest tensor is named, not drawn: drawn, it would
 squeeze every bar to a sliver."""
@@ -53,22 +55,40 @@ NOISE = ("model.", ".MatMul", ".weight")
 
 def round_ticks(top: float, room: int, metrics: QFontMetrics) -> list[float]:
     """0, step, 2 * step, ... up to ``top`` on a horizontal axis ``room`` pixels wide: the
-    least step of 1, 2 or 5 times a power of ten whose labels stand two digits apart.
-    Where even one step of the scale does not fit, 0 and the largest round value under
-    ``top`` (an axis with one label says nothing of its scale)."""
+    least step of 1, 2 or 5 times a power of ten whose labels stand two digits apart, the
+    last one whole before the axis' end (a label is centred on its tick: pyqtgraph hides
+    one that reaches past the plot, so "500" near the end of a narrow axis left a scale of
+    one "0"). Where even one step of the scale does not fit, 0 and the roundest value
+    whose label fits (an axis with one label says nothing of its scale)."""
     if not math.isfinite(top) or top <= 0:
         return [0.0]
     gap = 2 * metrics.horizontalAdvance("0")
+
+    def width(value: float) -> int:
+        return metrics.horizontalAdvance(f"{value:g}") + 2  # the painter's box is a bit wider
+
+    def fits_the_end(value: float) -> bool:
+        return room * value / top + width(value) / 2 <= room
+
     exponent = math.floor(math.log10(top))
     steps = [f * 10.0**e for e in range(exponent - 2, exponent + 1) for f in (1, 2, 5)]
+    steps = [step for step in steps if step <= top]
     for step in steps:
-        if step > top:
-            break
-        widest = max(metrics.horizontalAdvance(f"{v * step:g}") for v in (1, int(top / step)))
+        values = [i * step for i in range(int(top / step + 1e-9) + 1)]
+        while values and not fits_the_end(values[-1]):
+            values.pop()
+        if len(values) < 2:
+            continue
+        widest = max(width(v) for v in values[1:])
         if room * step / top >= widest + gap:
-            return [i * step for i in range(int(top / step + 1e-9) + 1)]
-    largest = max(step for step in steps if step <= top)
-    return [0.0, largest * int(top / largest + 1e-9)]
+            return values
+    for step in reversed(steps):  # the roundest first
+        for k in range(int(top / step + 1e-9), 0, -1):
+            value = k * step
+            apart = room * value / top >= (width(0) + width(value)) / 2 + gap
+            if fits_the_end(value) and apart:
+                return [0.0, value]
+    return [0.0]
 
 
 def short_name(name: str, width: int = 30) -> str:
@@ -162,6 +182,8 @@ class ChartBox(QWidget):
         self.summary = ""
         self.categories: list[str] = []
         self.tick_labels: list[str] = []
+        self._left_width: int | None = None
+        """The left axis' width as last set (its item has it only after the next layout)."""
         self._args: tuple[Any, ...] | None = None
         self._apply_theme()
 
@@ -251,6 +273,7 @@ class ChartBox(QWidget):
             share = max(min(150, int(self.width() * 0.6)), int(self.width() * 0.45))
             width = min(widest + LABEL_PAD, share)
             item.setWidth(width)
+            self._left_width = width  # the axis takes it at the next layout
             shown = fit_labels(metrics, width - LABEL_PAD, parts)
         self.tick_labels = shown
         """The labels as drawn (elided where the full one does not fit)."""
@@ -262,12 +285,15 @@ class ChartBox(QWidget):
         spacing ran "500", "1000" and "1500" together in a narrow column."""
         item = self.plot.getAxis(axis)
         metrics = QFontMetrics(item.style.get("tickFont") or self.font())
-        room = self.plot.width() - self.plot.getAxis("left").width()
-        ticks = round_ticks(top, max(room, 1), metrics)
-        item.setTicks([[(v, f"{v:g}") for v in ticks]])
+        left = self._left_width or self.plot.getAxis("left").width()
+        # the left axis' width as set, not as laid out: read from its item, the width it
+        # had before its labels changed gave "0 200400600800" in a narrow column
+        room = int(self.plot.width() - left) - PLOT_MARGIN
         # "0" centred on the axis' left end reaches past it by half its width, which
         # pyqtgraph would hide (leaving a scale of one number); the corner has room
         item.setStyle(hideOverlappingLabels=metrics.horizontalAdvance("0"))
+        ticks = round_ticks(top, max(room, 1), metrics)
+        item.setTicks([[(v, f"{v:g}") for v in ticks]])
 
     def minimumSizeHint(self) -> QSize:
         """Room for the title, the plot's least height and the legend's rows at this

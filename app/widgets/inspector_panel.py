@@ -32,6 +32,7 @@ from app.widgets.deferred import Deferred
 from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.widgets.tabs import roomy_tabs
+from app.widgets.target_panel import allow
 from app.wording import error_text
 from app.workers import Worker, start_worker
 from engine.caps import get_caps
@@ -40,6 +41,11 @@ from engine.units import format_bytes
 
 if TYPE_CHECKING:
     from app.widgets.charts import LargestTensorsChart, SessionSizeChart
+
+
+CONFIG_TIP = "Open its genai_config.json"
+AUDIT_TIP = "Which nodes would break graph capture on the package's EP"
+BENCH_TIP = "Benchmark this package"
 
 
 def _sizes_chart() -> SessionSizeChart:
@@ -79,11 +85,9 @@ class InspectorPanel(QWidget):
             "Open a package folder (File ▸ Open package…, or drop one here)."
         )
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.config_button = _button("Edit genai_&config", "Open its genai_config.json")
-        self.audit_button = _button(
-            "&Audit graph capture", "Which nodes would break graph capture on the package's EP"
-        )
-        self.bench_button = _button("&Benchmark", "Benchmark this package")
+        self.config_button = _button("Edit genai_&config", CONFIG_TIP)
+        self.audit_button = _button("&Audit graph capture", AUDIT_TIP)
+        self.bench_button = _button("&Benchmark", BENCH_TIP)
         self._sizes = Deferred(_sizes_chart)
         self._tensors = Deferred(_tensors_chart)
         self.filter = QLineEdit()
@@ -111,7 +115,7 @@ class InspectorPanel(QWidget):
         actions = QHBoxLayout()
         for button in (self.config_button, self.audit_button, self.bench_button):
             actions.addWidget(button)
-            button.setEnabled(False)
+        self._allow_actions(None)
         actions.addStretch(1)
         charts = QSplitter(Qt.Orientation.Horizontal)
         charts.addWidget(self._sizes)
@@ -127,15 +131,20 @@ class InspectorPanel(QWidget):
         self.details.addTab(self.sessions, "Sessions")
         self.details.addTab(self.splits, "Splits")
         self.details.addTab(self.audit, "Audit")
-        body = QSplitter(Qt.Orientation.Vertical)
+        self.body = body = QSplitter(Qt.Orientation.Vertical)
         body.addWidget(charts)
         body.addWidget(self.details)
         body.setSizes([330, 400])
+        # Until a package is open, charts and tables would only show blank 0-1 axes and
+        # empty rows: the sentence above says what to do, at the top of an empty page.
+        body.hide()
+        self._filler = QWidget()
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.summary)
         layout.addLayout(actions)
         layout.addWidget(body, 1)
+        layout.addWidget(self._filler, 1)
 
         self.browse.clicked.connect(self._browse)
         self.folder.returnPressed.connect(lambda: self.open(self.folder.text()))
@@ -187,6 +196,8 @@ class InspectorPanel(QWidget):
     def _show(self, info: PackageInfo) -> None:
         self._state.clear_error("inspect")
         self.info = info
+        self._filler.hide()
+        self.body.show()
         limits = limits_for(info)
         ep = info.ep
         problems = "".join(f"\n⚠ {p}" for p in info.problems)
@@ -241,12 +252,27 @@ class InspectorPanel(QWidget):
         fill_table(self.splits, rows or [("", "nothing is split", "", "", "")])
         self.audit.clear()
         self.audit.addItem("Press Audit graph capture to check every session's graph.")
-        has_config = info.genai_config is not None
-        self.config_button.setEnabled(has_config)
-        self.bench_button.setEnabled(has_config)
-        self.audit_button.setEnabled(has_config and ep is not None)
+        self._allow_actions(info)
         self._filter(self.filter.text())
         self.inspected.emit(info)
+
+    def _allow_actions(self, info: PackageInfo | None) -> None:
+        """The actions a package allows; a disabled one says why in its tooltip."""
+        why: str | None = None
+        if info is None:
+            why = "Open a package folder first (File ▸ Open package…, or drop one here)."
+        elif info.genai_config is None:
+            why = "This folder has no genai_config.json: only genai packages have one."
+        audit_why = why
+        if info is not None and why is None and info.ep is None:
+            audit_why = (
+                "The package does not say which execution provider it is for (no "
+                "export_studio.json, no provider in its genai_config): the audit checks "
+                "the graphs against one."
+            )
+        allow(self.config_button, CONFIG_TIP, why)
+        allow(self.bench_button, BENCH_TIP, why)
+        allow(self.audit_button, AUDIT_TIP, audit_why)
 
     def _filter(self, text: str) -> None:
         needle = text.strip().lower()

@@ -45,6 +45,22 @@ font) has; U+24D8 "ⓘ" it has not, and Qt drew a box (tests/app/test_glyphs.py)
 CONSTRAINED = ("graph_capture", "weight_bits", "embedding_bits", "block_size", "attention")
 
 
+_BITS = f"“{CONTROLS['weight_bits'].name}”", f"“{CONTROLS['embedding_bits'].name}”"
+_LIMIT = f"“{CONTROLS['max_buffer_size'].name}”"
+UNQUANTIZED = (
+    f"Used only when weights or embeddings are quantized: choose 4 or 8 bits in {_BITS[0]} "
+    f"or {_BITS[1]} above."
+)
+FLOAT_EMBEDDINGS = (
+    f"Used only when the embedding tables are quantized: choose 4 or 8 bits in {_BITS[1]} above."
+)
+FLOAT_WEIGHTS = f"Used only when the weights are quantized: choose 4 or 8 bits in {_BITS[0]} above."
+DEFAULT_LIMIT = (
+    f"Used only with a custom buffer limit: choose “custom” for {_LIMIT} (the EP's default "
+    "limit applies now)."
+)
+"""Why a control is disabled, and what enables it: the start of its tooltip then."""
+
 MIN_CUSTOM_LIMIT = 1024**2
 """Least custom buffer limit the form takes."""
 
@@ -239,10 +255,25 @@ class TargetPanel(QGroupBox):
         ):
             _select(widget, value)
         quantized = options.weight_bits is not None or options.embedding_bits is not None
-        for control in (self.block_size, self.symmetric, self.quant_method, self.accuracy_level):
-            control.setEnabled(quantized)
-        self.embedding_block_size.setEnabled(options.embedding_bits is not None)
-        self.quantize_lm_head.setEnabled(options.weight_bits is not None)
+        for key, control in (
+            ("block_size", self.block_size),
+            ("symmetric", self.symmetric),
+            ("quant_method", self.quant_method),
+            ("accuracy_level", self.accuracy_level),
+            ("keep_float", self.keep_float),
+            ("keep_int8", self.keep_int8),
+        ):
+            offer(control, key, None if quantized else UNQUANTIZED)
+        offer(
+            self.embedding_block_size,
+            "embedding_block_size",
+            None if options.embedding_bits is not None else FLOAT_EMBEDDINGS,
+        )
+        offer(
+            self.quantize_lm_head,
+            "quantize_lm_head",
+            None if options.weight_bits is not None else FLOAT_WEIGHTS,
+        )
         self.symmetric.setChecked(options.symmetric)
         self.quantize_lm_head.setChecked(options.quantize_lm_head)
         self.seed.setValue(options.seed)
@@ -251,14 +282,15 @@ class TargetPanel(QGroupBox):
         self.limit_mode.setItemText(0, f"EP default ({default})")
         custom = options.max_buffer_size is not None
         self.limit_mode.setCurrentIndex(1 if custom else 0)
-        self.limit.setEnabled(custom)
-        self.force.setEnabled(custom)  # only a limit the user chose refuses an export
+        offer(self.limit, "max_buffer_size", None if custom else DEFAULT_LIMIT)
+        if custom:
+            self.limit.setToolTip(_limit_tip(options.max_buffer_size or 0))
+        # only a limit the user chose refuses an export
+        offer(self.force, "force", None if custom else DEFAULT_LIMIT)
         self.force.setChecked(options.force)
         self.keep_float.setText(", ".join(options.keep_float))
-        self.keep_float.setEnabled(quantized)
         if quantized:  # without quantization the patterns wait, as typed, for it to return
             self.keep_int8.setText(", ".join(options.keep_int8))
-        self.keep_int8.setEnabled(quantized)
         budget = options.size_budget
         why = self._budget_unavailable(
             options.weight_bits, options.embedding_bits, options.random_weights
@@ -372,13 +404,13 @@ class TargetPanel(QGroupBox):
         if problem:
             return
         ep = self.ep.currentData()
-        ep_changed = ep != self._state.options.ep
         quantized = any(
             box.currentData() is not None for box in (self.weight_bits, self.embedding_bits)
         )
         self._state.update_options(
             ep=ep,
-            dtype=None if ep_changed else self.dtype.currentData(),
+            # an explicit dtype the new EP does not run is reset by the state, with a note
+            dtype=self.dtype.currentData(),
             graph_capture=self.capture.currentData(),
             weight_bits=self.weight_bits.currentData(),
             embedding_bits=self.embedding_bits.currentData(),
@@ -525,7 +557,7 @@ class TargetPanel(QGroupBox):
             return False
         value = parse_bytes(text)
         self.limit.setStyleSheet("")
-        self.limit.setToolTip(f"{CONTROLS['max_buffer_size'].help}\n\nNow: {value:,} bytes")
+        self.limit.setToolTip(_limit_tip(value))
         return value
 
     def _browse(self) -> None:
@@ -542,6 +574,19 @@ def described(widget: Any, key: str, suffix: str = "") -> Any:
     widget.setAccessibleName(control.name + suffix)
     widget.setAccessibleDescription(control.help)
     return widget
+
+
+def offer(widget: QWidget, key: str, why: str | None) -> None:
+    """Enable or disable option ``key``'s control, with the reason (:func:`allow`)."""
+    allow(widget, CONTROLS[key].help, why)
+
+
+def allow(widget: QWidget, tip: str, why: str | None) -> None:
+    """Enable ``widget`` with ``tip`` as its tooltip, or disable it with ``why`` (a
+    sentence: why it is unused now and what makes it count) before ``tip``: a greyed
+    control that only described itself left the user guessing."""
+    widget.setEnabled(why is None)
+    widget.setToolTip(tip if why is None else f"{why}\n\n{tip}")
 
 
 def combo(key: str, items: list[tuple[str, Any]] | None = None) -> QComboBox:
@@ -565,6 +610,10 @@ def find_data(combo: QComboBox, data: Any) -> int:
 def _select(combo: QComboBox, data: Any) -> None:
     index = find_data(combo, data)
     combo.setCurrentIndex(index if index >= 0 else 0)
+
+
+def _limit_tip(value: int) -> str:
+    return f"{CONTROLS['max_buffer_size'].help}\n\nNow: {value:,} bytes"
 
 
 def _row(*widgets: QWidget) -> QWidget:

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 
 from app.bench_controller import BenchController
 from app.history import HISTORY_FILE, BenchHistory
-from app.package_jobs import BenchRequest, bench_job
+from app.package_jobs import BenchOutcome, BenchRequest, bench_job
 from app.state import StudioState
 from app.widgets.bench_panel import BenchPanel
 from app.windows.main_window import MainWindow
@@ -131,7 +131,7 @@ def test_a_partial_outcome_reaches_the_history_and_no_error_banner(
 
 
 def test_a_cancel_is_reported_as_a_cancel_not_a_failure(qtbot, window: MainWindow, packages):
-    """Cancel says at once that the current step finishes first (a generation on the
+    """Cancel says at once that the run stops (its process is ended: a generation on the
     software adapter took 46 s, with the note still reading "Running…"), and can't be
     pressed twice; the cancelled run leaves the progress bar empty."""
     panel = _open(qtbot, window, packages["cpu"])
@@ -149,12 +149,37 @@ def test_a_cancel_is_reported_as_a_cancel_not_a_failure(qtbot, window: MainWindo
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.bencher.worker is None, timeout=30_000)
     window.bencher.progress.disconnect(press_cancel)
-    assert said == [("Cancelling… the current step finishes first; finished runs are kept.", False)]
+    assert said == [("Cancelling: the run under way stops at once; finished runs are kept.", False)]
     assert "Cancelled" in panel.note.text()
     assert panel.progress.value() == 0
     assert not window.banner.isVisible()
     assert panel.table.rowCount() == 0
     assert panel.run_button.isEnabled()
+
+
+def test_a_cancel_during_the_capture_on_run_leaves_no_stale_progress(qtbot, tmp_path: Path):
+    """Cancelled during the capture-on run of "off and on, side by side", the bar read
+    "100%  run 2/3" (its value set to the end, its text the last report's) and the note
+    "Done"; it shows the half that finished, and the note says it was cancelled."""
+    from tests.app.conftest import bench_result
+
+    state = StudioState()
+    panel = BenchPanel(state, BenchController(state, BenchHistory(tmp_path)))
+    qtbot.addWidget(panel)
+    request = BenchRequest(tmp_path, capture="both")
+    panel.controller.progress.emit(0.8, "run 2/3")
+    panel.controller.completed.emit(
+        BenchOutcome(request, (bench_result(),), None, "cancelled", cancelled=True)
+    )
+    assert "run 2/3" not in panel.progress.format()
+    assert panel.progress.text() == "50%  stopped"
+    assert panel.note.text().startswith("Cancelled during the capture-on run"), panel.note.text()
+    assert "Done" not in panel.note.text() and "Not run" not in panel.note.text()
+    panel.controller.progress.emit(0.8, "run 2/3")
+    both = (bench_result(), bench_result(graph_capture=True))
+    panel.controller.completed.emit(BenchOutcome(request, both))
+    assert panel.progress.text() == "100%"
+    assert panel.note.text().startswith("Done: 2 runs recorded.")
 
 
 def test_eps_this_onnxruntime_lacks_are_disabled_and_the_advice_names_the_selector(

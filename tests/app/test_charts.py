@@ -11,7 +11,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QFont, QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
-from app.widgets.charts import ChartBox, fit_labels
+from app.widgets.charts import ChartBox, fit_labels, round_ticks
 from app.windows.main_window import MainWindow
 from tests.app.conftest import export_split_webgpu_tiny, make_settings, wait_for_preview
 
@@ -128,13 +128,55 @@ def test_value_axis_labels_never_touch(qtbot, tmp_path: Path, size: tuple[int, i
     window.tabs.setCurrentWidget(window.preview)
     QApplication.processEvents()
     for chart in (window.preview.sizes, window.preview.tensors):
-        texts = drawn_texts(chart, "bottom")
-        rects = sorted((rect for rect, _ in texts), key=lambda r: r.left())
-        labels = [text for _, text in texts]
-        assert len(rects) >= 2, f"{chart.title.text()}: {labels}"  # a scale, not one number
-        gap = chart.fontMetrics().horizontalAdvance("0")
-        for a, b in itertools.pairwise(rects):
-            assert a.right() + gap <= b.left(), f"{chart.title.text()}: {labels} touch"
+        assert_a_readable_scale(chart)
+
+
+def assert_a_readable_scale(chart: ChartBox) -> None:
+    """The bottom axis draws at least two tick labels (a scale, not one number), none
+    touching the next."""
+    texts = drawn_texts(chart, "bottom")
+    rects = sorted((rect for rect, _ in texts), key=lambda r: r.left())
+    labels = [text for _, text in texts]
+    assert len(rects) >= 2, f"{chart.title.text()}: {labels}"
+    gap = chart.fontMetrics().horizontalAdvance("0")
+    for a, b in itertools.pairwise(rects):
+        assert a.right() + gap <= b.left(), f"{chart.title.text()}: {labels} touch"
+
+
+@pytest.mark.parametrize("room", [60, 88, 108, 150, 224, 400])
+@pytest.mark.parametrize("top", [0.9, 7.3, 515.8, 980.0, 1234.5, 2047.0])
+def test_round_ticks_stand_apart_and_end_inside_the_axis(qapp, room: int, top: float):
+    """The last label is centred on its tick: "500" at 97% of an 88-pixel axis reached past
+    its end, and pyqtgraph hid it (a scale of one "0")."""
+    metrics = QFontMetrics(QFont())
+    ticks = round_ticks(top, room, metrics)
+    assert len(ticks) >= 2 and ticks[0] == 0 and ticks[-1] <= top, ticks
+    centres = [room * v / top for v in ticks]
+    halves = [metrics.horizontalAdvance(f"{v:g}") / 2 for v in ticks]
+    assert centres[-1] + halves[-1] <= room, ticks
+    for (a, ha), (b, hb) in itertools.pairwise(zip(centres, halves, strict=True)):
+        assert a + ha < b - hb, ticks
+
+
+def test_size_axes_keep_a_scale_in_narrow_columns(qtbot, tmp_path: Path, package: Path):
+    """At 1024x700 the Inspector's bytes per session read "0 200400600800" (the room was
+    measured before the left axis took its labels' width) and the preview's package size,
+    with Advanced quantization open, only "0"."""
+    window = _window(qtbot, tmp_path, (1024, 700))
+    window.state.update_options(ep="webgpu", weight_bits=4)
+    window.target_panel.advanced_button.click()
+    wait_for_preview(qtbot, window, lambda p: "WebGPU" in p.title)
+    window.tabs.setCurrentWidget(window.preview)
+    QApplication.processEvents()
+    assert_a_readable_scale(window.preview.sizes)
+    window.tabs.setCurrentWidget(window.inspector)
+    assert not window.inspector.body.isVisible()  # no blank 0-1 axes before a package
+    with qtbot.waitSignal(window.inspector.inspected, timeout=30_000):
+        window.inspect_package(str(package))
+    QApplication.processEvents()
+    assert window.inspector.body.isVisible()
+    for chart in (window.inspector.sizes, window.inspector.tensors):
+        assert_a_readable_scale(chart)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])

@@ -101,6 +101,54 @@ def test_without_a_display_it_says_so_in_one_line_and_exports_headless(tmp_path)
     assert "qt." not in result.stderr.lower()  # Qt was never asked
 
 
+def test_without_a_display_it_exports_the_saved_session(tmp_path, monkeypatch, capsys):
+    """The headless equivalent exported the default preset whatever the settings held; it
+    exports what the window would restore from them (--settings INI): the last model folder
+    and options, and the preset, with those options, once that folder is gone."""
+    from PySide6.QtCore import QSettings
+
+    from app import __main__ as entry
+    from app import platform_check
+    from app.settings import AppSettings
+    from app.source import ModelSource
+    from app.state import StudioState
+    from engine import cli
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    ini = tmp_path / "saved.ini"
+    settings = AppSettings(QSettings(str(ini), QSettings.Format.IniFormat))
+    state = StudioState()
+    state.set_source(ModelSource("folder", str(ckpt)))
+    state.update_options(ep="cpu", dtype="fp16", weight_bits=4)
+    settings.save_state(state)
+    settings.sync()
+    ran: list[list[str]] = []
+    monkeypatch.setattr(platform_check, "display_problem", lambda: "no display (test)")
+    monkeypatch.setattr(cli, "main", lambda argv: ran.append(list(argv)) or 0)
+    out = tmp_path / "out"
+    assert entry.main(["--settings", str(ini), "--output", str(out)]) == 0
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert said.endswith(
+        f"python -m engine build --model {ckpt} --dtype fp16 --weight-bits 4 {out}"
+    ), said
+    assert ran == [
+        ["build", "--model", str(ckpt), "--dtype", "fp16", "--weight-bits", "4", str(out)]
+    ]
+
+    ckpt.rmdir()  # gone: the window falls back to the preset, and keeps the options
+    assert entry.main(["--settings", str(ini), "--output", str(out)]) == 0
+    lost, said = capsys.readouterr().err.strip().splitlines()
+    assert lost == (
+        f"export-studio: the last model folder {ckpt} no longer exists: exporting preset "
+        "gemma4-tiny"
+    )
+    assert said.endswith(
+        "python -m engine build --preset gemma4-tiny --dtype fp16 --weight-bits 4 "
+        f"--random-weights {out}"
+    ), said
+
+
 def _library_needing(tmp_path: Path, missing: str) -> Path:
     """A copy of a real system library whose dependency on libxcb.so.1 now names
     ``missing`` instead (same length, so the ELF stays valid). Any libxcb-* extension

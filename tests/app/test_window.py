@@ -15,6 +15,7 @@ from app.preview_data import ROLE_LABELS
 from app.state import ModelSource
 from app.widgets.target_panel import find_data
 from app.windows.main_window import MainWindow
+from app.wording import CONTROLS
 from engine.logical import Role
 from engine.options import ExportOptions
 from engine.plan import plan
@@ -174,6 +175,60 @@ def test_capture_on_is_not_offered_where_the_ep_has_none(qtbot, window: MainWind
     assert panel.note.isVisibleTo(panel)
     wait_for_preview(qtbot, window, lambda p: "CPU" in p.title)
     assert not window.banner.isVisible()
+
+
+def test_an_explicit_dtype_follows_a_change_of_ep_that_runs_it(qtbot, window: MainWindow):
+    """WebGPU with fp32 and INT4 embeddings, then DirectML: the dtype went back to "EP
+    default (fp16)" unsaid, although DirectML runs fp32. It stays; an EP that does not run
+    it sets it back to the default, and the note says so beside the embedding bits'."""
+    panel = window.target_panel
+    _choose(panel.ep, "webgpu")
+    _choose(panel.dtype, "fp32")
+    _choose(panel.embedding_bits, 4)
+    _choose(panel.ep, "dml")
+    assert window.state.options.dtype == "fp32"
+    assert panel.dtype.currentData() == "fp32"
+    assert "Embedding bits 4-bit is not available" in panel.note.text()
+    assert "dtype" not in panel.note.text()
+    preview = wait_for_preview(qtbot, window, lambda p: "DirectML" in p.title)
+    assert preview.plan.options.dtype == "fp32"
+    _choose(panel.ep, "trt-rtx")  # fp16 or bf16 only
+    assert window.state.options.dtype is None
+    assert panel.dtype.currentText() == "EP default (fp16)"
+    note = panel.note.text()
+    assert "Activation dtype fp32 is not available (TensorRT-RTX runs fp16 or bf16" in note
+    assert "set to EP default (fp16)" in note
+    _choose(panel.ep, "cuda")  # the default follows the EP
+    assert window.state.options.dtype is None
+
+
+def test_a_disabled_control_says_why_and_what_enables_it(qtbot, window: MainWindow):
+    """With weights float, Block size and the other quantization controls were greyed with
+    tooltips that only described them; the README promises disabled choices "with the
+    reason". Enabled again, each has its own description back."""
+    panel = window.target_panel
+    assert window.state.options.weight_bits is None
+    assert window.state.options.embedding_bits is None
+    for control in (panel.block_size, panel.keep_float, panel.symmetric):
+        assert not control.isEnabled()
+        assert control.toolTip().startswith(
+            "Used only when weights or embeddings are quantized: choose 4 or 8 bits in "
+            "“Weight bits” or “Embedding bits” above."
+        ), control.toolTip()
+    assert "“Embedding bits”" in panel.embedding_block_size.toolTip()
+    assert CONTROLS["block_size"].help in panel.block_size.toolTip()  # what it is, after
+    assert panel.force.toolTip().startswith("Used only with a custom buffer limit")
+    _choose(panel.weight_bits, 4)
+    assert panel.block_size.isEnabled() and panel.quantize_lm_head.isEnabled()
+    assert panel.block_size.toolTip() == CONTROLS["block_size"].help
+    assert panel.quantize_lm_head.toolTip() == CONTROLS["quantize_lm_head"].help
+    assert panel.embedding_block_size.toolTip().startswith("Used only when the embedding")
+    _choose(panel.limit_mode, "custom")
+    assert panel.force.isEnabled() and panel.force.toolTip() == CONTROLS["force"].help
+    assert panel.limit.toolTip().endswith("bytes")  # its value, exactly
+    inspector = window.inspector
+    assert not inspector.bench_button.isEnabled()
+    assert inspector.bench_button.toolTip().startswith("Open a package folder first")
 
 
 def test_block_sizes_that_do_not_fit_are_disabled_and_the_choice_adjusted(
