@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             )
         from engine.runtime.package import open_package
 
+        _refuse_build_flags(args)
         # A package is audited for the EP it was built for unless --ep names another.
         package = open_package(args.package)
         caps = get_caps(args.ep or package.ep)
@@ -127,3 +128,26 @@ def run(args: argparse.Namespace) -> int:
         top = sorted(audit.op_counts.items(), key=lambda kv: -kv[1])[:8]
         print("  ops: " + ", ".join(f"{op} {n}" for op, n in top))
     return code
+
+
+def _refuse_build_flags(args: argparse.Namespace) -> None:
+    """A package is audited as it was built: build flags beside it would change nothing, so
+    they are refused rather than ignored (``--ep`` names the EP to audit it for)."""
+    from dataclasses import fields
+
+    from engine.errors import OptionsError, cli_phrase, option
+    from engine.options import ExportOptions
+
+    given, left_out = options_from_args(args), ExportOptions()
+    flags = [
+        "--no-quantize-lm-head" if f.name == "quantize_lm_head" else cli_phrase(f.name, None)
+        for f in fields(ExportOptions)
+        if f.name != "ep" and getattr(given, f.name) != getattr(left_out, f.name)
+    ]
+    if flags:
+        these = "it" if len(flags) == 1 else "them"
+        raise OptionsError(
+            f"{', '.join(flags)} describe{'s' if len(flags) == 1 else ''} an export, but a "
+            f"package is audited as it was built: leave {these} out, or audit "
+            f"{option('preset')} / {option('model')} with {these}"
+        )

@@ -394,6 +394,18 @@ def test_audit_of_a_package_takes_its_ep_unless_ep_names_one(tmp_path: Path):
     assert own.returncode == asked.returncode == 0, own.stderr + asked.stderr
 
 
+def test_build_flags_beside_a_package_are_refused(cpu_package: Path):
+    """Before, ``audit PACKAGE --block-size 64 --weight-bits 4`` audited the package as
+    built and said nothing of the flags."""
+    refused = _audit_cli(str(cpu_package), "--block-size", "64", "--weight-bits", "4")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        "error: --weight-bits, --block-size describe an export, but a package is audited as it "
+        "was built: leave them out, or audit --preset / --model with them"
+    )
+    assert refused.stdout == ""
+
+
 def test_only_our_packages_have_sessions_left_out_of_the_verdict():
     from engine.audit import never_captured_sessions
 
