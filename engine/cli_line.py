@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from engine.options import ExportOptions
+from engine.options import ExportOptions, unused_quantization
 from engine.units import exact_size
 
 PROGRAM = ("python", "-m", "engine")
@@ -47,8 +47,6 @@ def build_line(
     overwrite: bool = False,
 ) -> CliLine:
     """The ``build`` command that exports what these arguments describe."""
-    from engine.commands._args import unused_quantization
-
     if (preset is None) == (model_dir is None):
         raise ValueError("give either a preset or a model folder")
     model = ["--preset", preset] if preset is not None else ["--model", str(model_dir)]

@@ -270,3 +270,28 @@ def _patterns(raw: str | Iterable[object], flag: str) -> tuple[str, ...]:
     if not all(isinstance(p, str) and p.strip() for p in patterns):
         raise OptionsError(f"{flag} takes weight name patterns, got {patterns!r}")
     return tuple(str(p).strip() for p in patterns)
+
+
+WEIGHT_ONLY = ("accuracy_level", "quantize_lm_head")
+"""ExportOptions fields that shape quantized linear weights (MatMulNBits) and nothing else."""
+QUANTIZATION_ONLY = (
+    "block_size",
+    "embedding_block_size",
+    "symmetric",
+    "quant_method",
+    *WEIGHT_ONLY,
+)
+"""ExportOptions fields that shape quantized weights or tables and nothing else."""
+
+
+def unused_quantization(options: ExportOptions) -> tuple[str, ...]:
+    """The fields of :data:`QUANTIZATION_ONLY` that this export has nothing to apply to."""
+    if options.weight_bits is not None:
+        return ()
+    return WEIGHT_ONLY if options.embedding_bits is not None else QUANTIZATION_ONLY
+
+
+def changed_fields(options: ExportOptions, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` (ExportOptions fields) differ from what is left out."""
+    left_out = ExportOptions()
+    return [name for name in names if getattr(options, name) != getattr(left_out, name)]

@@ -8,8 +8,15 @@ import sys
 from typing import Any
 
 from engine.caps import list_eps
-from engine.errors import OptionsError, option
-from engine.options import DTYPES, MODALITIES, ExportOptions
+from engine.errors import OptionsError, cli_phrase, option
+from engine.options import (
+    DTYPES,
+    MODALITIES,
+    WEIGHT_ONLY,
+    ExportOptions,
+    changed_fields,
+    unused_quantization,
+)
 from engine.presets import list_presets
 from engine.progress import Progress
 from engine.units import parse_bytes
@@ -236,33 +243,9 @@ def options_from_args(args: argparse.Namespace, random_weights: bool = False) ->
     )
 
 
-WEIGHT_ONLY = ("accuracy_level", "quantize_lm_head")
-"""ExportOptions fields that shape quantized linear weights (MatMulNBits) and nothing else."""
-QUANTIZATION_ONLY = (
-    "block_size",
-    "embedding_block_size",
-    "symmetric",
-    "quant_method",
-    *WEIGHT_ONLY,
-)
-"""ExportOptions fields that shape quantized weights or tables and nothing else."""
-
-
-_QUANTIZATION_FLAGS = {
-    "block_size": option("block_size"),
-    "embedding_block_size": option("embedding_block_size"),
-    "symmetric": option("symmetric"),
-    "quant_method": option("quant_method"),
-    "accuracy_level": option("accuracy_level"),
-    "quantize_lm_head": "--no-quantize-lm-head",  # the flag that sets it (CLI only)
-}
-
-
-def unused_quantization(options: ExportOptions) -> tuple[str, ...]:
-    """The fields of :data:`QUANTIZATION_ONLY` that this export has nothing to apply to."""
-    if options.weight_bits is not None:
-        return ()
-    return WEIGHT_ONLY if options.embedding_bits is not None else QUANTIZATION_ONLY
+def flag(name: str) -> str:
+    """The command line's flag that sets ExportOptions field ``name``."""
+    return "--no-quantize-lm-head" if name == "quantize_lm_head" else cli_phrase(name, None)
 
 
 def refuse_unused_quantization(options: ExportOptions) -> None:
@@ -270,15 +253,10 @@ def refuse_unused_quantization(options: ExportOptions) -> None:
     it is refused, as ``--keep-int8`` is, rather than ignored (the user meant some
     quantization). Values the options refuse anyway are refused for that first."""
     options.resolve()
-    left_out = ExportOptions()
-    given = [
-        name
-        for name in unused_quantization(options)
-        if getattr(options, name) != getattr(left_out, name)
-    ]
+    given = changed_fields(options, unused_quantization(options))
     if not given:
         return
-    flags = ", ".join(_QUANTIZATION_FLAGS[name] for name in given)
+    flags = ", ".join(flag(name) for name in given)
     verb = "shapes" if len(given) == 1 else "shape"
     these = "it" if len(given) == 1 else "them"
     if options.embedding_bits is not None:

@@ -6,6 +6,7 @@ import argparse
 
 from engine.commands._args import (
     add_build_options,
+    flag,
     options_from_args,
     print_json,
     refuse_unused_quantization,
@@ -135,15 +136,11 @@ def _refuse_build_flags(args: argparse.Namespace) -> None:
     they are refused rather than ignored (``--ep`` names the EP to audit it for)."""
     from dataclasses import fields
 
-    from engine.errors import OptionsError, cli_phrase, option
-    from engine.options import ExportOptions
+    from engine.errors import OptionsError, option
+    from engine.options import ExportOptions, changed_fields
 
-    given, left_out = options_from_args(args), ExportOptions()
-    flags = [
-        "--no-quantize-lm-head" if f.name == "quantize_lm_head" else cli_phrase(f.name, None)
-        for f in fields(ExportOptions)
-        if f.name != "ep" and getattr(given, f.name) != getattr(left_out, f.name)
-    ]
+    names = [f.name for f in fields(ExportOptions) if f.name != "ep"]
+    flags = [flag(name) for name in changed_fields(options_from_args(args), names)]
     if flags:
         these = "it" if len(flags) == 1 else "them"
         raise OptionsError(

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.cli_line import PROGRAM, build_line, parse_build_line
-from engine.commands._args import refuse_unused_quantization, unused_quantization
+from engine.commands._args import refuse_unused_quantization
 from engine.errors import OptionsError
-from engine.options import ExportOptions
+from engine.options import ExportOptions, unused_quantization
 from tests._support.cli import cli
 
 OPTIONS = st.builds(

@@ -22,7 +22,7 @@ from engine.options import ExportOptions
 from engine.pipeline import export
 from engine.runtime.bench import compare_capture
 from engine.runtime.bench_record import BenchConfig
-from engine.runtime.plugins import has_lavapipe, ort_plugin
+from engine.runtime.plugins import no_device_reason, ort_plugin
 from engine.runtime.runner import Runner, RunnerOptions
 from engine.runtime.session import available_providers
 from tests._support.ort_loop import ort_greedy
@@ -41,14 +41,8 @@ LAVAPIPE_TOL = 1e-3
 def plugin():
     found = ort_plugin("WebGpuExecutionProvider")
     if found is None or not found.devices:
-        pytest.fail(
-            "the WebGPU plugin EP offers no device: "
-            + (
-                "no GPU adapter and no lavapipe (bash scripts/install-lavapipe.sh installs it)"
-                if not has_lavapipe()
-                else "see onnxruntime's log"
-            )
-        )
+        why = no_device_reason("WebGpuExecutionProvider") or "the plugin is not installed"
+        pytest.fail(f"the WebGPU plugin EP offers no device: {why}")
     return found
 
 
