@@ -285,10 +285,13 @@ QUANTIZATION_ONLY = (
 
 
 def unused_quantization(options: ExportOptions) -> tuple[str, ...]:
-    """The fields of :data:`QUANTIZATION_ONLY` that this export has nothing to apply to."""
-    if options.weight_bits is not None:
-        return ()
-    return WEIGHT_ONLY if options.embedding_bits is not None else QUANTIZATION_ONLY
+    """The fields of :data:`QUANTIZATION_ONLY` that this export has nothing to apply to: all
+    of them without quantization, :data:`WEIGHT_ONLY` with float weights, the embedding
+    block size with float tables (the command line refuses them given; the studio greys
+    them out)."""
+    if options.weight_bits is None:
+        return WEIGHT_ONLY if options.embedding_bits is not None else QUANTIZATION_ONLY
+    return ("embedding_block_size",) if options.embedding_bits is None else ()
 
 
 def changed_fields(options: ExportOptions, names: Iterable[str]) -> list[str]:

@@ -37,12 +37,12 @@ from app.bench_metrics import METRICS
 from app.history import BenchRun
 from app.package_jobs import BenchOutcome, BenchRequest, PackageFacts, slow_bench_note
 from app.state import StudioState
+from app.widgets.controls import combo, described
 from app.widgets.deferred import Deferred
 from app.widgets.media_inputs import MediaInputs, media_words
 from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.widgets.tabs import roomy_tabs
-from app.widgets.target_panel import combo, described
 from app.wording import CONTROLS
 from engine.caps import get_caps, list_eps
 from engine.units import format_bytes

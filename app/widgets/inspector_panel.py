@@ -28,11 +28,11 @@ from app.findings import audit_lines
 from app.inspect_data import limits_for, session_sizes, tensor_bars
 from app.package_jobs import inspect_job, package_audit_job
 from app.state import StudioState
+from app.widgets.controls import allow
 from app.widgets.deferred import Deferred
 from app.widgets.messages import MessageLabel
 from app.widgets.tables import fill_table, read_only_table
 from app.widgets.tabs import roomy_tabs
-from app.widgets.target_panel import allow
 from app.wording import error_text
 from app.workers import Worker, start_worker
 from engine.caps import get_caps

@@ -15,7 +15,6 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -32,10 +31,11 @@ from PySide6.QtWidgets import (
 
 from app.choices import Constraints
 from app.state import ModelSource, StudioState
+from app.widgets.controls import checkbox, combo, described, find_data, offer
 from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
-from engine.options import ExportOptions
+from engine.options import ExportOptions, unused_quantization
 from engine.units import exact_size, format_bytes, parse_bytes
 
 INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
@@ -255,25 +255,19 @@ class TargetPanel(QGroupBox):
         ):
             _select(widget, value)
         quantized = options.weight_bits is not None or options.embedding_bits is not None
+        # greyed exactly where the command line refuses the flag (unused_quantization)
+        unused = unused_quantization(options)
         for key, control in (
             ("block_size", self.block_size),
             ("symmetric", self.symmetric),
             ("quant_method", self.quant_method),
             ("accuracy_level", self.accuracy_level),
-            ("keep_float", self.keep_float),
-            ("keep_int8", self.keep_int8),
+            ("quantize_lm_head", self.quantize_lm_head),
+            ("embedding_block_size", self.embedding_block_size),
         ):
+            offer(control, key, _unused_reason(key, options) if key in unused else None)
+        for key, control in (("keep_float", self.keep_float), ("keep_int8", self.keep_int8)):
             offer(control, key, None if quantized else UNQUANTIZED)
-        offer(
-            self.embedding_block_size,
-            "embedding_block_size",
-            None if options.embedding_bits is not None else FLOAT_EMBEDDINGS,
-        )
-        offer(
-            self.quantize_lm_head,
-            "quantize_lm_head",
-            None if options.weight_bits is not None else FLOAT_WEIGHTS,
-        )
         self.symmetric.setChecked(options.symmetric)
         self.quantize_lm_head.setChecked(options.quantize_lm_head)
         self.seed.setValue(options.seed)
@@ -567,49 +561,16 @@ class TargetPanel(QGroupBox):
             self._state.set_output(str(Path(folder) / name))
 
 
-def described(widget: Any, key: str, suffix: str = "") -> Any:
-    """``widget`` with the tooltip and accessible name of option ``key``."""
-    control = CONTROLS[key]
-    widget.setToolTip(control.help)
-    widget.setAccessibleName(control.name + suffix)
-    widget.setAccessibleDescription(control.help)
-    return widget
-
-
-def offer(widget: QWidget, key: str, why: str | None) -> None:
-    """Enable or disable option ``key``'s control, with the reason (:func:`allow`)."""
-    allow(widget, CONTROLS[key].help, why)
-
-
-def allow(widget: QWidget, tip: str, why: str | None) -> None:
-    """Enable ``widget`` with ``tip`` as its tooltip, or disable it with ``why`` (a
-    sentence: why it is unused now and what makes it count) before ``tip``: a greyed
-    control that only described itself left the user guessing."""
-    widget.setEnabled(why is None)
-    widget.setToolTip(tip if why is None else f"{why}\n\n{tip}")
-
-
-def combo(key: str, items: list[tuple[str, Any]] | None = None) -> QComboBox:
-    """A combo box of option ``key``'s choices (or ``items``), described."""
-    widget = described(QComboBox(), key)
-    for label, data in CONTROLS[key].choices if items is None else items:
-        widget.addItem(label, data)
-    return widget
-
-
-def checkbox(key: str) -> QCheckBox:
-    return described(QCheckBox(CONTROLS[key].label), key)
-
-
-def find_data(combo: QComboBox, data: Any) -> int:
-    """The index of the item whose data equals ``data``, or -1. Unlike ``findData``, it
-    compares Python values: a tuple (the inputs' choices) is found by value, not identity."""
-    return next((i for i in range(combo.count()) if combo.itemData(i) == data), -1)
-
-
 def _select(combo: QComboBox, data: Any) -> None:
     index = find_data(combo, data)
     combo.setCurrentIndex(index if index >= 0 else 0)
+
+
+def _unused_reason(key: str, options: ExportOptions) -> str:
+    """Why quantization option ``key`` applies to nothing in ``options``, and what would."""
+    if options.weight_bits is None and options.embedding_bits is None:
+        return UNQUANTIZED
+    return FLOAT_EMBEDDINGS if key == "embedding_block_size" else FLOAT_WEIGHTS
 
 
 def _limit_tip(value: int) -> str:

@@ -259,6 +259,11 @@ def refuse_unused_quantization(options: ExportOptions) -> None:
     flags = ", ".join(flag(name) for name in given)
     verb = "shapes" if len(given) == 1 else "shape"
     these = "it" if len(given) == 1 else "them"
+    if options.weight_bits is not None:
+        raise OptionsError(
+            f"{flags} shapes quantized embedding tables, but the embedding tables stay float; "
+            f"add {option('embedding_bits', 4)}, or leave it out"
+        )
     if options.embedding_bits is not None:
         raise OptionsError(
             f"{flags} {verb} quantized linear weights, but only the embedding tables are "

@@ -467,7 +467,7 @@ def test_a_size_budget_exports_the_measured_mixed_precision(qtbot, window: MainW
     """A checkpoint folder, INT4, a size budget typed as a user would: the export measures
     each weight and stores the costliest per byte in INT8, within the budget, and says so.
     A preset cannot be measured: the box is greyed out with the reason."""
-    from app.widgets.target_panel import find_data
+    from app.widgets.controls import find_data
     from tests._support.tiny_llama import make_checkpoint
 
     panel = window.target_panel
@@ -518,8 +518,8 @@ def test_estimate_quality_shows_size_against_kld_and_sets_the_budget(
     KLD (table and chart), and the line picked becomes the size budget, rounded up to a
     readable size that exports the same line. Greyed out with the reason where there is
     nothing to measure; closing the dialog while it measures stops the measurement."""
+    from app.widgets.controls import find_data
     from app.widgets.quality_dialog import budget_text
-    from app.widgets.target_panel import find_data
     from engine.models import load_spec
     from engine.plan import plan
     from engine.units import parse_bytes

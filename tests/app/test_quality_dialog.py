@@ -180,7 +180,7 @@ def test_the_budget_box_keeps_a_readable_budget_and_says_when_it_is_not_applied(
     """The line picked shows as a readable size that stays through other changes and
     selects its line again; choices it does not apply to (8-bit weights, random ones) keep
     it in the box, unapplied, and the note under the form says so and why."""
-    from app.widgets.target_panel import find_data
+    from app.widgets.controls import find_data
 
     panel = window.target_panel
     window.model_panel.kind_buttons.button(1).click()  # a checkpoint folder, as a user picks

@@ -13,7 +13,7 @@ from PySide6.QtGui import QGuiApplication
 
 from app.preview_data import ROLE_LABELS
 from app.state import ModelSource
-from app.widgets.target_panel import find_data
+from app.widgets.controls import find_data
 from app.windows.main_window import MainWindow
 from app.wording import CONTROLS
 from engine.logical import Role
@@ -223,6 +223,13 @@ def test_a_disabled_control_says_why_and_what_enables_it(qtbot, window: MainWind
     assert panel.block_size.toolTip() == CONTROLS["block_size"].help
     assert panel.quantize_lm_head.toolTip() == CONTROLS["quantize_lm_head"].help
     assert panel.embedding_block_size.toolTip().startswith("Used only when the embedding")
+    _choose(panel.weight_bits, None)
+    _choose(panel.embedding_bits, 4)  # tables only: what the command line refuses, greyed
+    for control in (panel.accuracy_level, panel.quantize_lm_head):
+        assert not control.isEnabled()  # before: accuracy level was offered, and refused
+        assert control.toolTip().startswith("Used only when the weights are quantized")
+    assert panel.block_size.isEnabled() and panel.embedding_block_size.isEnabled()
+    assert panel.symmetric.isEnabled() and panel.quant_method.isEnabled()
     _choose(panel.limit_mode, "custom")
     assert panel.force.isEnabled() and panel.force.toolTip() == CONTROLS["force"].help
     assert panel.limit.toolTip().endswith("bytes")  # its value, exactly

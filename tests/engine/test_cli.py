@@ -91,6 +91,15 @@ def test_quantization_flags_without_quantization_are_refused(tmp_path: Path):
         "error: --no-quantize-lm-head shapes quantized linear weights, but only the embedding "
         "tables are quantized; add --weight-bits 4, or leave it out"
     )
+    table_block = ("--embedding-block-size", "64")
+    weights = cli("plan", "--preset", "gemma4-tiny", "--weight-bits", "4", *table_block)
+    assert weights.returncode == 2  # before: accepted, and the float tables ignored it
+    assert weights.stderr.strip() == (
+        "error: --embedding-block-size shapes quantized embedding tables, but the embedding "
+        "tables stay float; add --embedding-bits 4, or leave it out"
+    )
+    both = ("--weight-bits", "4", "--embedding-bits", "4", *table_block)
+    assert cli("plan", "--preset", "gemma4-tiny", *both).returncode == 0
     bad = cli("plan", "--preset", "gemma4-tiny", "--block-size", "24")
     assert bad.returncode == 2 and "power of two" in bad.stderr  # its own reason first
     assert "nothing is quantized" not in bad.stderr, bad.stderr
