@@ -176,12 +176,34 @@ def table(stages: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+ROOMY_GIB = 60
+"""Scratch space the default packages need at once: E2B's bf16 checkpoint (10 GB), the fp32
+package alone (19 GB), then the five others and mobius's (~40 GB). Call H's H100 had 18 GiB
+free under /tmp and every export failed on a full disk."""
+
+
+def scratch() -> Path:
+    """/tmp, or the RAM-backed /dev/shm where only it has room for the packages."""
+    free = {
+        root: shutil.disk_usage(root).free / 2**30
+        for root in (Path("/tmp"), Path("/dev/shm"))
+        if root.is_dir()
+    }
+    roomy = free.get(Path("/tmp"), 0) < ROOMY_GIB < free.get(Path("/dev/shm"), 0)
+    return (Path("/dev/shm") if roomy else Path("/tmp")) / "cuda-side-by-side"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="toy size on the CPU EP")
     parser.add_argument("--cuda-site", default="/tmp/site_cuda")
     parser.add_argument("--budget-s", type=float, default=560)
-    parser.add_argument("--work", default="/tmp/cuda-side-by-side")
+    parser.add_argument(
+        "--work",
+        default=None,
+        help="scratch folder (default: cuda-side-by-side under /tmp, or under /dev/shm where "
+        f"/tmp has less than {ROOMY_GIB} GiB free and /dev/shm more)",
+    )
     parser.add_argument("--peer-wheels", default=str(REPO / ".whl" / "mobius"))
     parser.add_argument("--preset", default="gemma4-e2b", choices=("gemma4-e2b", "gemma4-e4b"))
     parser.add_argument("--packages", default=None, help=f"default {DEFAULT_PACKAGES}")
@@ -208,6 +230,7 @@ def main() -> None:
         parser.error(f"unknown --packages {sorted(args.packages - known)}; known: {sorted(known)}")
     if not args.tiny:  # every child imports onnxruntime-gpu / genai-cuda from the site
         os.environ.update(cuda_env(args.cuda_site))
+    args.work = args.work or str(scratch())
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -23,7 +23,7 @@ lowering uses no GroupQueryAttention and keeps attention in fp32:
   buffer, as onnxruntime-genai does with ``past_present_share_buffer``). The buffers hold
   fp32 whatever the package's dtype: no casts in or out, K and V never rounded to half
   (onnxruntime-genai allocates every cache in the type of the first past input);
-* attention is explicit in fp32 (but for fp16 CUDA packages' ``P @ V``: see
+* attention is explicit in fp32 (but for half CUDA packages' ``P @ V``: see
   :func:`_weighted`): ``softmax(q K^T + bias) V`` (batch 1 under capture: with
   one KV head the scores are a Gemm with K transposed in the kernel and the mask as its C,
   with several an Einsum over the head dimension, K never transposed in memory; batched
@@ -54,9 +54,10 @@ from engine.spec import AttentionKind, LayerSpec
 
 F32 = ir.DataType.FLOAT
 I32 = ir.DataType.INT32
+HALF = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 CORE_DTYPE = "fp32"
-"""Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V; fp16 CUDA
-packages run their P @ V in fp16: :func:`_weighted`)."""
+"""Dtype of the attention core (q/k norms, rotation, scores, softmax, P @ V; fp16 and bf16
+CUDA packages run their P @ V in the half type: :func:`_weighted`)."""
 KV_DTYPE = F32
 """Dtype of the KV buffers (the core's)."""
 
@@ -84,7 +85,7 @@ class StaticInputs:
     kv_dtype: ir.DataType = KV_DTYPE
     """Dtype of the KV buffers: the core's fp32, or the package's where these layers share
     the one cache dtype genai allocates with GroupQueryAttention layers (K / V are rounded
-    to it as written and read back as fp32, V of fp16 CUDA packages excepted)."""
+    to it as written and read back as fp32, V of half CUDA packages excepted)."""
     kind_ids: dict[AttentionKind, ir.Value] = field(default_factory=dict)
     """Per kind, position ids that differ from ``position_ids`` (longrope's long set)."""
     batch_one: bool = True
@@ -350,7 +351,7 @@ def _prepare(
     [B, 1, kv, T, D] against probabilities [B, S, kv, G, T]; not batch 1: K and V as stored
     [B, kv, T, D] for batched GEMMs over [B, kv, S * G, ...]. K is never transposed in
     memory. Buffers of another dtype are read back as fp32 here, once for every layer that
-    reads them (V of fp16 CUDA packages excepted: :func:`_weighted`)."""
+    reads them (V of half CUDA packages excepted: :func:`_weighted`)."""
     op = ctx.op
     kv, dim = layer.num_kv_heads, layer.head_dim
     if layer.attention == "sliding" and inputs.batch_one:
@@ -450,19 +451,20 @@ def attend(
 
 
 def _half_weights(inputs: StaticInputs) -> bool:
-    """Whether :func:`_weighted` runs in fp16: batched (CUDA) over fp16 buffers. bf16
-    packages keep fp32 until a GPU has timed them."""
-    return not inputs.batch_one and inputs.kv_dtype == ir.DataType.FLOAT16
+    """Whether :func:`_weighted` runs in the buffers' half type: batched (CUDA) over fp16
+    or bf16 buffers."""
+    return not inputs.batch_one and inputs.kv_dtype in HALF
 
 
 def _weighted(
     ctx: BuildContext, inputs: StaticInputs, probs: ir.Value, values: ir.Value
 ) -> ir.Value:
-    """Batched ``P @ V``. Over fp16 buffers (fp16 CUDA packages) the normalized
-    probabilities are rounded to fp16 and V is read as stored, no fp32 copy of it.
-    onnxruntime's half GEMM computes in fp32 (cuBLAS' default math may still reduce split-K
-    partial sums in fp16); rounding P costs up to 2^-11 of each probability, so ~4.9e-4
-    max |V| in the sum, as fp16 activations cost elsewhere. In fp32 with TF32 off, this
+    """Batched ``P @ V``. Over half buffers (fp16 and bf16 CUDA packages) the normalized
+    probabilities are rounded to the buffers' type and V is read as stored, no fp32 copy
+    of it. onnxruntime's half GEMM computes in fp32 (cuBLAS' default math may still reduce
+    split-K partial sums in half); rounding P costs up to 2^-11 of each probability in
+    fp16 (~4.9e-4 max |V| in the sum) and 2^-8 in bf16 (~3.9e-3 max |V|), as the package's
+    activations cost elsewhere. In fp32 with TF32 off, this
     GEMM read E4B's 4,096-slot V (two KV heads, M = 4 rows each) on 16 blocks: 104 us a
     full layer on an H100, 11% of a decode step. Elsewhere: fp32."""
     if not _half_weights(inputs):

@@ -309,10 +309,10 @@ def test_cuda_fp16_full_layers_track_the_all_gqa_package(
     monkeypatch.setitem(caps._REGISTRY, "cuda", cuda)
     export(plain, model_dir=model_dir, options=ExportOptions(ep="cuda", dtype="fp16"))
     assert json.loads((plain / "export_studio.json").read_text())["static_kv_kinds"] == []
-    # P @ V in fp16 over V as cached: the KV owners cast their K to fp32, never their V
-    cast = _cast_caches(mixed)
-    assert cast and all(".key" in name for name in cast), cast
-    assert {".key" in name for name in _cast_caches(bf16)} == {True, False}  # bf16: fp32 P @ V
+    # P @ V in the half type over V as cached: the KV owners cast their K to fp32, never V
+    for package in (mixed, bf16):
+        cast = _cast_caches(package)
+        assert cast and all(".key" in name for name in cast), (package.name, cast)
 
     _, mixed_logits = ort_greedy(mixed, PROMPT, DECODE_STEPS, forced=ref_tokens)
     _, plain_logits = ort_greedy(plain, PROMPT, DECODE_STEPS, forced=ref_tokens)
