@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from engine.errors import RuntimeUnavailableError, option
@@ -24,6 +25,10 @@ _ONNX_TYPES = {
     np.dtype(np.int64): 7,
     np.dtype(np.float16): 10,
 }
+BF16 = np.dtype(ml_dtypes.bfloat16)
+"""numpy's bfloat16 (ml_dtypes): onnxruntime's Python binding takes no such array, so these
+go through their raw 16 bits (:func:`host_value`, :func:`device_value`)."""
+BF16_TYPE = 16  # ONNX TensorProto.BFLOAT16
 
 
 class StaticTensors:
@@ -55,7 +60,7 @@ class StaticTensors:
             return
         if self._uploader is None:
             for name, array in arrays.items():
-                self.values[name].update_inplace(self._checked(name, array))
+                self.values[name].update_inplace(_raw(self._checked(name, array)))
             return
         for name, array in arrays.items():
             self._binding.bind_cpu_input(name, self._checked(name, array))
@@ -99,9 +104,27 @@ def device_value(array: np.ndarray, device: str) -> Any:
     import onnxruntime as ort
 
     try:
-        return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+        if array.dtype != BF16:
+            return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), BF16_TYPE, device, 0)
+        value.update_inplace(_raw(array))
+        return value
     except (RuntimeError, ValueError, TypeError):
         return None
+
+
+def host_value(array: np.ndarray) -> Any:
+    """``array`` as a host OrtValue, bfloat16 included."""
+    import onnxruntime as ort
+
+    if array.dtype == BF16:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_raw(array), BF16_TYPE)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _raw(array: np.ndarray) -> np.ndarray:
+    """What onnxruntime's Python binding copies: bfloat16 as its bits (uint16)."""
+    return array.view(np.uint16) if array.dtype == BF16 else array
 
 
 def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], provider: str) -> Any:
@@ -129,16 +152,23 @@ def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], prov
     return ort.InferenceSession(model.SerializeToString(), providers=providers)
 
 
-def identity_model(specs: Mapping[str, tuple[Sequence[int | str], int]]) -> Any:
+def identity_model(
+    specs: Mapping[str, tuple[Sequence[int | str], int]], cast_to: int | None = None
+) -> Any:
     """An ONNX model copying each input ``x`` to output ``x_out``: name -> (shape, ONNX
-    element type); a dimension may be symbolic (a string)."""
+    element type); a dimension may be symbolic (a string). With ``cast_to`` (an ONNX
+    element type) the copies are cast to it."""
     from onnx import helper
 
     inputs, outputs, nodes = [], [], []
     for name, (shape, elem) in specs.items():
         inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        outputs.append(helper.make_tensor_value_info(name + "_out", elem, list(shape)))
-        nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
+        out = elem if cast_to is None else cast_to
+        outputs.append(helper.make_tensor_value_info(name + "_out", out, list(shape)))
+        if cast_to is None:
+            nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
+        else:
+            nodes.append(helper.make_node("Cast", [name], [name + "_out"], to=cast_to))
     graph = helper.make_graph(nodes, "identity", inputs, outputs)
     # IR 10 / opset 21: onnxruntime-webgpu 1.27 refuses newer IR versions.
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)

@@ -27,7 +27,14 @@ import numpy as np
 
 from engine.errors import EngineError, OptionsError, RuntimeUnavailableError, option
 from engine.progress import CancelToken
-from engine.runtime.device_io import StaticTensors, device_value, identity_model
+from engine.runtime.device_io import (
+    BF16,
+    BF16_TYPE,
+    StaticTensors,
+    device_value,
+    host_value,
+    identity_model,
+)
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
 from engine.runtime.sampling import GREEDY, Sampler
@@ -40,7 +47,7 @@ from engine.runtime.session import (
 )
 
 KvMode = Literal["auto", "shared", "growing"]
-_FLOATS = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+_FLOATS = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(bfloat16)": BF16}
 _INDEX = {"tensor(int32)": np.int32, "tensor(int64)": np.int64}
 
 
@@ -282,7 +289,7 @@ class Runner:
             if first:
                 heads, dim = self.kv_shapes[name]
                 empty = np.zeros((1, heads, 0, dim), dtype=self.float_dtype)
-                binding.bind_cpu_input(name, empty)
+                binding.bind_ortvalue_input(name, host_value(empty))
             else:
                 binding.bind_ortvalue_input(name, self._past[name])
         names = [io.logits, *self.presents.values()]
@@ -380,8 +387,8 @@ class Runner:
         return before the device has finished: ``OrtValue.numpy()`` would wait for it
         holding Python's GIL (on lavapipe 10-20 s a token in which the studio's window
         and its Cancel froze), so a :class:`HostReader` waits inside a session run."""
-        if self.handle.device != "webgpu":
-            array = value.numpy()
+        if self.handle.device != "webgpu" and value.element_type() != BF16_TYPE:
+            array = value.numpy()  # numpy has no bfloat16: the reader casts those to fp32
         else:
             if self._reader is None:
                 self._reader = HostReader(self.ep)
@@ -392,7 +399,8 @@ class Runner:
 class HostReader:
     """Copies rank-3 device tensors of one EP to the host inside a session run (an
     Identity, its output bound to the host), which onnxruntime runs with the GIL released;
-    one session per dtype, made on first use."""
+    one session per dtype, made on first use. bfloat16, which numpy cannot hold, is cast
+    to float32 on the way."""
 
     def __init__(self, ep: str) -> None:
         self.ep = ep
@@ -414,7 +422,8 @@ class HostReader:
 
         from onnx import save
 
-        model = identity_model({"x": (["b", "s", "v"], kind)})
+        cast = 1 if kind == BF16_TYPE else None  # ONNX FLOAT
+        model = identity_model({"x": (["b", "s", "v"], kind)}, cast_to=cast)
         with tempfile.TemporaryDirectory(prefix="es-reader-") as folder:
             path = os.path.join(folder, "reader.onnx")
             save(model, path)

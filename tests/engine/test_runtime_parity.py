@@ -151,3 +151,60 @@ def test_static_tensors_are_rewritten_in_place():
     assert value.numpy().tolist() == [[0, 1, 2, 3]]
     with pytest.raises(ValueError, match="expected int32"):
         tensors.write({"x": np.zeros((1, 5), dtype=np.int32)})
+
+
+def _bf16_io(package: Path, out: Path) -> Path:
+    """``package`` with bfloat16 KV caches and logits, as bf16 CUDA packages have them: its
+    graph unchanged inside, casts at the edges (so the CPU EP, which has no bf16 kernels
+    but Cast, runs it)."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    shutil.copytree(package, out, ignore=shutil.ignore_patterns("model.onnx*"))
+    model = onnx.load(str(package / "model.onnx"))
+    graph = model.graph
+    rename: dict[str, str] = {}
+    head, tail = [], []
+    for value in graph.input:
+        if value.name.startswith("past_key_values."):
+            rename[value.name] = value.name + "_f32"
+            head.append(helper.make_node("Cast", [value.name], [value.name + "_f32"], to=1))
+            value.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    for value in graph.output:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            rename[value.name] = value.name + "_f32"
+            tail.append(helper.make_node("Cast", [value.name + "_f32"], [value.name], to=16))
+            value.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    for node in graph.node:
+        node.input[:] = [rename.get(name, name) for name in node.input]
+        node.output[:] = [rename.get(name, name) for name in node.output]
+    nodes = [*head, *graph.node, *tail]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save(model, str(out / "model.onnx"))
+    return out
+
+
+@pytest.mark.parametrize("kv_mode", ["shared", "growing"])
+def test_the_runner_runs_bf16_kv_and_logits(packages, tmp_path: Path, kv_mode: str):
+    """bf16 CUDA packages keep KV and logits in bfloat16, which numpy cannot hold: the
+    runner refused them ("use --runtime genai"), so `bench --runtime ort`, `verify` and
+    cuda_ab_logits.py could not run one. The same graph with bf16 edges must give the fp32
+    package's logits but for bf16 rounding, teacher-forced along the fp32 run's tokens."""
+    package = packages("all_features")
+    bf16 = _bf16_io(package, tmp_path / "bf16")
+    options = RunnerOptions(kv_mode=kv_mode, max_length=64)  # type: ignore[arg-type]
+    ref = Runner(package, options).generate(PROMPT, NEW_TOKENS, keep_logits=True)
+    runner = Runner(bf16, options)
+    assert runner.float_dtype == np.dtype("bfloat16") and runner.kv_mode == kv_mode
+    run = runner.generate(PROMPT, NEW_TOKENS, forced=ref.tokens, keep_logits=True)
+    scale = max(float(np.abs(x).max()) for x in ref.logits)
+    first = float(np.abs(run.logits[0] - ref.logits[0]).max())
+    assert first <= scale * 2**-8, (first, scale)  # the prefill: logits rounded, nothing else
+    diffs = [float(np.abs(a - b).max()) for a, b in zip(run.logits, ref.logits, strict=True)]
+    assert max(diffs) <= scale * 0.05, (diffs, scale)  # and the caches rounded after it
+    assert all(np.isfinite(x).all() for x in run.logits)
+    agree = sum(a == b for a, b in zip(run.argmax, ref.argmax, strict=True))
+    assert agree >= NEW_TOKENS - 2, (run.argmax, ref.argmax)
