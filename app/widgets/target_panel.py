@@ -35,7 +35,7 @@ from app.widgets.controls import checkbox, combo, described, find_data, offer
 from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
-from engine.options import ExportOptions, unused_quantization
+from engine.options import WEIGHT_ONLY, ExportOptions, unused_quantization
 from engine.units import exact_size, format_bytes, parse_bytes
 
 INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
@@ -265,7 +265,7 @@ class TargetPanel(QGroupBox):
             ("quantize_lm_head", self.quantize_lm_head),
             ("embedding_block_size", self.embedding_block_size),
         ):
-            offer(control, key, _unused_reason(key, options) if key in unused else None)
+            offer(control, key, _unused_reason(key) if key in unused else None)
         for key, control in (("keep_float", self.keep_float), ("keep_int8", self.keep_int8)):
             offer(control, key, None if quantized else UNQUANTIZED)
         self.symmetric.setChecked(options.symmetric)
@@ -566,11 +566,12 @@ def _select(combo: QComboBox, data: Any) -> None:
     combo.setCurrentIndex(index if index >= 0 else 0)
 
 
-def _unused_reason(key: str, options: ExportOptions) -> str:
-    """Why quantization option ``key`` applies to nothing in ``options``, and what would."""
-    if options.weight_bits is None and options.embedding_bits is None:
-        return UNQUANTIZED
-    return FLOAT_EMBEDDINGS if key == "embedding_block_size" else FLOAT_WEIGHTS
+def _unused_reason(key: str) -> str:
+    """Why quantization option ``key`` (one :func:`unused_quantization` names) applies to
+    nothing now, and the choice that would make it count."""
+    if key in WEIGHT_ONLY:
+        return FLOAT_WEIGHTS
+    return FLOAT_EMBEDDINGS if key == "embedding_block_size" else UNQUANTIZED
 
 
 def _limit_tip(value: int) -> str:

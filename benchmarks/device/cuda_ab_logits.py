@@ -55,7 +55,7 @@ provider = "CUDAExecutionProvider" if ep == "cuda" else "CPUExecutionProvider"
 session = ort.InferenceSession(package + "/model.onnx", providers=[provider])
 length = json.load(open(package + "/genai_config.json"))["search"]["max_length"]
 names = [o.name for o in session.get_outputs()]
-dtype = np.float16 if "float16" in session.get_inputs()[2].type else np.float32
+dtype = {"tensor(float16)": np.float16, "tensor(float)": np.float32}[session.get_inputs()[2].type]
 past = {
     i.name: ort.OrtValue.ortvalue_from_numpy(
         np.zeros((2, i.shape[1], length, i.shape[3]), dtype), device, 0)
@@ -110,9 +110,11 @@ def main() -> None:
         type=int,
         default=8,
         help="steps of the right-padded batch of two (raw onnxruntime, fp16 / fp32 caches "
-        "only); 0 leaves it out (bf16 packages)",
+        "only: left out for bf16 packages); 0 leaves it out",
     )
     args = parser.parse_args()
+    if "bf16" in args.flags:  # numpy caches cannot be bf16: the batch check cannot drive them
+        args.batch_steps = 0
     work = Path(tempfile.mkdtemp(prefix="cuda_ab_"))
     prompt = [int(t) for t in np.random.default_rng(0).integers(10, 500, args.prompt_len)]
     packages = {}

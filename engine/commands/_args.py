@@ -269,11 +269,15 @@ def refuse_unused_quantization(options: ExportOptions) -> None:
             f"{flags} {verb} quantized linear weights, but only the embedding tables are "
             f"quantized; add {option('weight_bits', 4)}, or leave {these} out"
         )
-    add = (
-        f"{option('weight_bits', 4)}"
-        if all(n in WEIGHT_ONLY for n in given)
-        else f"{option('weight_bits', 4)} (and / or {option('embedding_bits', 4)})"
-    )
+    # what the flags given need: weights (WEIGHT_ONLY), tables (their block size), or either
+    weights = any(n in WEIGHT_ONLY for n in given)
+    tables = "embedding_block_size" in given
+    weight_bits, embedding_bits = option("weight_bits", 4), option("embedding_bits", 4)
+    if weights or tables:
+        needed = ((weight_bits, weights), (embedding_bits, tables))
+        add = " and ".join(wanted for wanted, need in needed if need)
+    else:
+        add = f"{weight_bits} (and / or {embedding_bits})"
     raise OptionsError(
         f"{flags} {verb} quantized weights, but nothing is quantized; add {add}, or leave "
         f"{these} out"

@@ -152,23 +152,16 @@ def identity_session(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]], prov
     return ort.InferenceSession(model.SerializeToString(), providers=providers)
 
 
-def identity_model(
-    specs: Mapping[str, tuple[Sequence[int | str], int]], cast_to: int | None = None
-) -> Any:
+def identity_model(specs: Mapping[str, tuple[Sequence[int | str], int]]) -> Any:
     """An ONNX model copying each input ``x`` to output ``x_out``: name -> (shape, ONNX
-    element type); a dimension may be symbolic (a string). With ``cast_to`` (an ONNX
-    element type) the copies are cast to it."""
+    element type); a dimension may be symbolic (a string)."""
     from onnx import helper
 
     inputs, outputs, nodes = [], [], []
     for name, (shape, elem) in specs.items():
         inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        out = elem if cast_to is None else cast_to
-        outputs.append(helper.make_tensor_value_info(name + "_out", out, list(shape)))
-        if cast_to is None:
-            nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
-        else:
-            nodes.append(helper.make_node("Cast", [name], [name + "_out"], to=cast_to))
+        outputs.append(helper.make_tensor_value_info(name + "_out", elem, list(shape)))
+        nodes.append(helper.make_node("Identity", [name], [name + "_out"]))
     graph = helper.make_graph(nodes, "identity", inputs, outputs)
     # IR 10 / opset 21: onnxruntime-webgpu 1.27 refuses newer IR versions.
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)

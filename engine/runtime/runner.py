@@ -33,7 +33,6 @@ from engine.runtime.device_io import (
     StaticTensors,
     device_value,
     host_value,
-    identity_model,
 )
 from engine.runtime.generation import Generation
 from engine.runtime.package import Package, open_package
@@ -397,10 +396,11 @@ class Runner:
 
 
 class HostReader:
-    """Copies rank-3 device tensors of one EP to the host inside a session run (an
-    Identity, its output bound to the host), which onnxruntime runs with the GIL released;
-    one session per dtype, made on first use. bfloat16, which numpy cannot hold, is cast
-    to float32 on the way."""
+    """Copies the last position of rank-3 device tensors ``[B, S, V]`` of one EP to the
+    host inside a session run (a Slice, its output bound to the host), which onnxruntime
+    runs with the GIL released; one session per dtype, made on first use. Only ``[B, 1,
+    V]`` crosses to the host (a prefill's logits are S rows), and bfloat16, which numpy
+    cannot hold, is cast to float32 on the device first."""
 
     def __init__(self, ep: str) -> None:
         self.ep = ep
@@ -422,12 +422,36 @@ class HostReader:
 
         from onnx import save
 
-        cast = 1 if kind == BF16_TYPE else None  # ONNX FLOAT
-        model = identity_model({"x": (["b", "s", "v"], kind)}, cast_to=cast)
+        model = _last_position_model(kind)
         with tempfile.TemporaryDirectory(prefix="es-reader-") as folder:
             path = os.path.join(folder, "reader.onnx")
             save(model, path)
             return create_session(path, self.ep, profile_first_run=False).session
+
+
+def _last_position_model(kind: int) -> Any:
+    """``x[:, -1:, :]`` of a rank-3 tensor of ONNX type ``kind``, as ``x_out`` (bfloat16
+    cast to float32)."""
+    from onnx import TensorProto, helper
+
+    out = TensorProto.FLOAT if kind == BF16_TYPE else kind
+    bounds = [
+        helper.make_tensor(name, TensorProto.INT64, [1], [value])
+        for name, value in (("start", -1), ("end", 2**63 - 1), ("axis", 1))
+    ]
+    sliced = "x_out" if out == kind else "last"
+    nodes = [helper.make_node("Slice", ["x", "start", "end", "axis"], [sliced])]
+    if out != kind:
+        nodes.append(helper.make_node("Cast", ["last"], ["x_out"], to=out))
+    graph = helper.make_graph(
+        nodes,
+        "last_position",
+        [helper.make_tensor_value_info("x", kind, ["b", "s", "v"])],
+        [helper.make_tensor_value_info("x_out", out, ["b", 1, "v"])],
+        bounds,
+    )
+    # IR 10 / opset 21, as identity_model: onnxruntime-webgpu 1.27 refuses newer IR versions
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
 def greedy_tokens(

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.caps import get_caps, list_eps
 from engine.errors import OptionsError, PackageError, RuntimeUnavailableError, option
 from engine.progress import CancelToken, Progress, no_progress, sub_progress
 from engine.runtime.bench import bench_prompt
@@ -284,13 +285,15 @@ def verify(
             f"verify it on a prompt with {option('image', 'PATH')} and / or "
             f"{option('audio', 'PATH')}"
         )
-    if pkg.dtype not in (None, "fp32", "fp16"):
-        # Our loop drives float32 / float16 KV caches only (engine.runtime.runner), and
-        # the bench advice (another runtime) is no option of verify's.
+    runs = get_caps(ep or pkg.ep or "cpu")
+    if pkg.dtype not in (None, *runs.float_dtypes):
+        # bf16 runs on CUDA (and TensorRT-RTX), not on the CPU EP: said before transformers
+        # runs, and in verify's own options (bench's advice, another runtime, is none)
+        elsewhere = [e for e in list_eps() if pkg.dtype in get_caps(e).float_dtypes]
         raise OptionsError(
-            f"{pkg.path.name} is a {pkg.dtype} package; verify runs packages through its "
-            "onnxruntime loop, which takes fp32 and fp16 ones: verify an fp16 or fp32 export "
-            "of the checkpoint"
+            f"{pkg.path.name} is a {pkg.dtype} package, which {runs.display_name} does not "
+            f"run; verify it with {option('ep', elsewhere[0]) if elsewhere else 'another EP'} "
+            "on a machine that has it, or verify an fp16 or fp32 export of the checkpoint"
         )
     length = len(prompt) if prompt is not None else prompt_length
     check_lengths(pkg, length, steps, new_option=option("steps"))

@@ -215,7 +215,10 @@ def test_a_disabled_control_says_why_and_what_enables_it(qtbot, window: MainWind
             "Used only when weights or embeddings are quantized: choose 4 or 8 bits in "
             "“Weight bits” or “Embedding bits” above."
         ), control.toolTip()
-    assert "“Embedding bits”" in panel.embedding_block_size.toolTip()
+    # each says what makes it count: the table block size the tables, lm head the weights
+    assert panel.embedding_block_size.toolTip().startswith("Used only when the embedding tables")
+    for control in (panel.accuracy_level, panel.quantize_lm_head):
+        assert control.toolTip().startswith("Used only when the weights are quantized")
     assert CONTROLS["block_size"].help in panel.block_size.toolTip()  # what it is, after
     assert panel.force.toolTip().startswith("Used only with a custom buffer limit")
     _choose(panel.weight_bits, 4)

@@ -98,6 +98,11 @@ def test_quantization_flags_without_quantization_are_refused(tmp_path: Path):
         "error: --embedding-block-size shapes quantized embedding tables, but the embedding "
         "tables stay float; add --embedding-bits 4, or leave it out"
     )
+    tables_only = cli("plan", "--preset", "gemma4-tiny", *table_block)
+    assert tables_only.returncode == 2  # the advice names what this flag needs, not weights
+    assert "nothing is quantized; add --embedding-bits 4, or leave it out" in tables_only.stderr
+    mixed = cli("plan", "--preset", "gemma4-tiny", "--accuracy-level", "4", *table_block)
+    assert "add --weight-bits 4 and --embedding-bits 4, or leave them out" in mixed.stderr
     both = ("--weight-bits", "4", "--embedding-bits", "4", *table_block)
     assert cli("plan", "--preset", "gemma4-tiny", *both).returncode == 0
     bad = cli("plan", "--preset", "gemma4-tiny", "--block-size", "24")

@@ -346,15 +346,20 @@ def test_a_session_that_fails_to_load_leaves_no_profile_behind(tmp_path: Path) -
 def test_verify_of_a_bf16_package_is_refused_in_its_own_words(
     text: dict[str, Path], tmp_path: Path
 ) -> None:
-    # Our loop drives fp32 / fp16 KV caches; its refusal advises --runtime genai, an
-    # option of bench's, and came after transformers had run.
+    # The CPU EP has no bf16 kernels: said before transformers runs, with verify's own
+    # --ep (our loop's old refusal advised --runtime genai, an option of bench's). Our loop
+    # itself runs bf16 caches now (test_runtime_parity), so on CUDA it would run.
     package = tmp_path / "pkg"
     shutil.copytree(text["package"], package)
     manifest = json.loads((package / "export_studio.json").read_text())
     manifest["options"]["dtype"] = "bf16"
     (package / "export_studio.json").write_text(json.dumps(manifest))
     result = cli("verify", str(package), "--model", str(text["model"]), "--quiet")
-    _refused(result, "is a bf16 package", "verify an fp16 or fp32 export")
+    _refused(
+        result,
+        "is a bf16 package, which CPU does not run; verify it with --ep cuda on a machine",
+        "verify an fp16 or fp32 export",
+    )
     assert "--runtime" not in result.stderr and "Loading weights" not in result.stderr
 
 

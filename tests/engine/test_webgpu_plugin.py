@@ -335,5 +335,5 @@ def test_reading_webgpu_logits_leaves_python_free_while_the_device_works(tmp_pat
     seconds, held, got = timed(lambda value: value.numpy())
     assert held > 0.5 * seconds  # the GIL held through the wait (the case this fixes)
     seconds, held, got = timed(reader.read)
-    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(got, expected[:, -1:])  # the last position, all it reads
     assert held < max(0.3 * seconds, 0.1), (held, seconds)
