@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EngineError, PackageError
+from engine.errors import EngineError, PackageError, RuntimeUnavailableError
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,13 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
         raise PackageError(
             f"{package} is not a package: cannot read {config_path.name} ({exc})"
         ) from None
+    bf16 = _bfloat16_edges(package / filename)
+    if bf16:  # the package may be sound: it is this check's EP that cannot run it
+        raise RuntimeUnavailableError(
+            f"{filename} takes or gives bfloat16 ({bf16}): the CPU EP, which this check runs "
+            "on, has no bf16 kernels. Check a bf16 package on CUDA (python -m engine verify "
+            "PACKAGE --model CHECKPOINT --ep cuda), or export fp16 or fp32 to check it here"
+        )
     try:
         session = ort.InferenceSession(str(package / filename), providers=["CPUExecutionProvider"])
         feeds: dict[str, Any] = {}
@@ -94,6 +101,19 @@ def check_package_loads(package: Path, prompt: tuple[int, ...] = (2, 5, 17, 42))
         tuple(int(d) for d in logits.shape),
         time.perf_counter() - started,
     )
+
+
+def _bfloat16_edges(model_path: Path) -> str:
+    """The first bfloat16 input or output of a model (read without its weights), or ""."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception:  # unreadable: the session below says why, in its own words
+        return ""
+    edges = [*graph.input, *graph.output]
+    bf16 = onnx.TensorProto.BFLOAT16
+    return next((e.name for e in edges if e.type.tensor_type.elem_type == bf16), "")
 
 
 def _static_slots(package: Path) -> int:
