@@ -35,7 +35,12 @@ from app.widgets.controls import checkbox, combo, described, find_data, offer
 from app.widgets.messages import MessageLabel
 from app.wording import CONTROLS, ep_summary
 from engine.caps import get_caps, list_eps
-from engine.options import WEIGHT_ONLY, ExportOptions, unused_quantization
+from engine.options import (
+    QUANTIZATION_ONLY,
+    WEIGHT_ONLY,
+    ExportOptions,
+    unused_quantization,
+)
 from engine.units import exact_size, format_bytes, parse_bytes
 
 INVALID_STYLE = "QLineEdit { border: 1px solid #c62828; }"
@@ -257,15 +262,8 @@ class TargetPanel(QGroupBox):
         quantized = options.weight_bits is not None or options.embedding_bits is not None
         # greyed exactly where the command line refuses the flag (unused_quantization)
         unused = unused_quantization(options)
-        for key, control in (
-            ("block_size", self.block_size),
-            ("symmetric", self.symmetric),
-            ("quant_method", self.quant_method),
-            ("accuracy_level", self.accuracy_level),
-            ("quantize_lm_head", self.quantize_lm_head),
-            ("embedding_block_size", self.embedding_block_size),
-        ):
-            offer(control, key, _unused_reason(key) if key in unused else None)
+        for key in QUANTIZATION_ONLY:  # each control is the attribute named as its option
+            offer(getattr(self, key), key, _unused_reason(key) if key in unused else None)
         for key, control in (("keep_float", self.keep_float), ("keep_int8", self.keep_int8)):
             offer(control, key, None if quantized else UNQUANTIZED)
         self.symmetric.setChecked(options.symmetric)
